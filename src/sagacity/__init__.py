@@ -1,0 +1,101 @@
+"""sagacity: saga safety for AI agent tool calls.
+
+Journal every side effect before and after it happens, undo failed sagas with declared
+compensations in reverse order, and hold IRREVERSIBLE calls for a named human's
+approval of their exact input. One `Sagacity.wrap()` call; delete it to remove sagacity.
+"""
+
+from __future__ import annotations
+
+from sagacity._scope import CurrentCall, current_call
+from sagacity.annotations import Reversibility, compensable, compensation
+from sagacity.approval import (
+    ApprovalRequest,
+    ApprovalStore,
+    InMemoryApprovalStore,
+    SqliteApprovalStore,
+)
+from sagacity.audit import VerificationReport, verify
+from sagacity.compensation import CallRef, CompensationContext, CompensationReport
+from sagacity.errors import (
+    ApprovalAlreadyUsedError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalHashMismatchError,
+    ApprovalMissingError,
+    ApprovalNotFoundError,
+    ApprovalRejectedError,
+    ConfigurationError,
+    InDoubtError,
+    JournalError,
+    NestedSagaError,
+    NoSagaError,
+    ReplayMismatchError,
+    SagacityError,
+    SagaNotFoundError,
+    SagaStateError,
+    SchemaVersionError,
+    SerializationError,
+)
+from sagacity.journal import (
+    InMemoryJournal,
+    JournalEntry,
+    Phase,
+    SideEffectJournal,
+    SqliteJournal,
+    to_json,
+)
+from sagacity.saga import SagaOutcome, SagaResult, Sagacity
+from sagacity.tools import FailureKind, SagaTool
+
+__version__ = "0.1.0"
+
+# The subpackage `sagacity.compensation` shares the decorator's name, and importing it
+# bound the package attribute to the module: bind the decorator again, last.
+from sagacity.annotations import compensation  # noqa: E402, F811
+
+__all__ = [
+    "ApprovalAlreadyUsedError",
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalHashMismatchError",
+    "ApprovalMissingError",
+    "ApprovalNotFoundError",
+    "ApprovalRejectedError",
+    "ApprovalRequest",
+    "ApprovalStore",
+    "CallRef",
+    "CompensationContext",
+    "CompensationReport",
+    "ConfigurationError",
+    "CurrentCall",
+    "FailureKind",
+    "InDoubtError",
+    "InMemoryApprovalStore",
+    "InMemoryJournal",
+    "JournalEntry",
+    "JournalError",
+    "NestedSagaError",
+    "NoSagaError",
+    "Phase",
+    "ReplayMismatchError",
+    "Reversibility",
+    "SagaNotFoundError",
+    "SagaOutcome",
+    "SagaResult",
+    "SagaStateError",
+    "SagaTool",
+    "Sagacity",
+    "SagacityError",
+    "SchemaVersionError",
+    "SerializationError",
+    "SideEffectJournal",
+    "SqliteApprovalStore",
+    "SqliteJournal",
+    "VerificationReport",
+    "compensable",
+    "compensation",
+    "current_call",
+    "to_json",
+    "verify",
+]

@@ -1,0 +1,113 @@
+"""Connections and the versioned schema shared by the SQLite journal and approval store."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sagacity.errors import JournalError, SchemaVersionError
+
+__all__ = ["SCHEMA_VERSION", "connect"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sagacity_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS sagacity_journal (
+    saga_id     TEXT    NOT NULL,
+    seq         INTEGER NOT NULL,
+    phase       TEXT    NOT NULL,
+    tool_name   TEXT,
+    call_id     TEXT,
+    ref_seq     INTEGER,
+    payload     TEXT    NOT NULL,  -- canonical JSON, exactly the bytes that were hashed
+    recorded_at TEXT    NOT NULL,
+    prev_hash   TEXT    NOT NULL,
+    hash        TEXT    NOT NULL,
+    PRIMARY KEY (saga_id, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS sagacity_journal_no_update
+    BEFORE UPDATE ON sagacity_journal
+    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS sagacity_journal_no_delete
+    BEFORE DELETE ON sagacity_journal
+    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
+CREATE TABLE IF NOT EXISTS sagacity_approval_request (
+    request_id   TEXT PRIMARY KEY,
+    saga_id      TEXT    NOT NULL,
+    seq          INTEGER NOT NULL,
+    call_id      TEXT    NOT NULL,
+    tool_name    TEXT    NOT NULL,
+    input        TEXT    NOT NULL,
+    input_sha256 TEXT    NOT NULL,
+    reason       TEXT    NOT NULL,
+    requested_at TEXT    NOT NULL,
+    expires_at   TEXT
+);
+CREATE INDEX IF NOT EXISTS sagacity_approval_request_saga
+    ON sagacity_approval_request (saga_id);
+"""
+
+
+def connect(path: str | Path, *, busy_timeout_ms: int = 30_000) -> sqlite3.Connection:
+    """Open `path` with the settings the journal's guarantees rest on, creating the schema.
+
+    WAL lets readers run beside the one writer; `synchronous=FULL` makes every commit
+    durable across power loss, not only across a process crash. A generous busy
+    timeout rides out lock contention between processes rather than failing fast.
+    """
+    try:
+        conn = sqlite3.connect(
+            str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+            check_same_thread=False,
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        _ensure_schema(conn, path)
+    except sqlite3.Error as error:
+        raise JournalError(f"cannot open SQLite database {str(path)!r}: {error}") from error
+    return conn
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # executescript() would commit on its own: run the statements one by one.
+        for statement in _statements(_SCHEMA):
+            conn.execute(statement)
+        row = conn.execute(
+            "SELECT value FROM sagacity_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO sagacity_meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+        elif int(row[0]) > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"SQLite database {str(path)!r} has schema version {row[0]}, but this "
+                f"sagacity knows only up to {SCHEMA_VERSION}; upgrade sagacity to open it"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    """Split the schema script on the statements' final semicolons (triggers hold inner ones)."""
+    statements: list[str] = []
+    current = ""
+    for line in script.splitlines():
+        line = line.split("--", 1)[0].rstrip()
+        if not line:
+            continue
+        current += line + "\n"
+        if sqlite3.complete_statement(current):
+            statements.append(current)
+            current = ""
+    return statements

@@ -1,0 +1,181 @@
+"""Finding the tools in what `Sagacity.wrap` is given, and checking their declarations."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
+from sagacity.compensation import Compensation
+from sagacity.errors import ConfigurationError
+
+__all__ = ["DeclaredTool", "collect_tools"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class DeclaredTool:
+    """A tool found by `collect_tools`, its declaration checked."""
+
+    name: str
+    func: Callable[..., Any]
+    description: str
+    reversibility: Reversibility
+    compensation: Compensation | None
+
+
+def collect_tools(sources: Iterable[object]) -> list[DeclaredTool]:
+    """Return the tools of `sources`: the `compensable` methods of objects, and functions.
+
+    Raises:
+        ConfigurationError: A declaration is wrong or missing, or two tools share a name.
+    """
+    tools: list[DeclaredTool] = []
+    for source in sources:
+        if isinstance(source, type):
+            raise ConfigurationError(
+                f"wrap() was given the class {source.__qualname__}; pass an instance of it"
+            )
+        if inspect.isfunction(source) or inspect.ismethod(source):
+            tools.append(_function_tool(source))
+        else:
+            tools.extend(_object_tools(source))
+    seen: dict[str, DeclaredTool] = {}
+    for tool in tools:
+        if tool.name in seen:
+            raise ConfigurationError(
+                f"two tools are named {tool.name!r} ({seen[tool.name].func.__qualname__} and "
+                f"{tool.func.__qualname__}); give one another name with compensable(name=...)"
+            )
+        seen[tool.name] = tool
+    return tools
+
+
+def _object_tools(source: object) -> list[DeclaredTool]:
+    owner = type(source).__qualname__
+    found = []
+    for attribute in sorted(dir(type(source))):
+        declaration = declaration_of(getattr(type(source), attribute, None))
+        if declaration is None:
+            continue
+        method = getattr(source, attribute)
+        compensation = _resolve_compensation(
+            declaration,
+            method,
+            lookup=lambda name: getattr(source, name, None),
+            where=f"class {owner}",
+        )
+        found.append(_declared(declaration, method, compensation, where=f"class {owner}"))
+    if not found:
+        raise ConfigurationError(
+            f"{owner} has no @compensable methods; decorate its tools, or pass functions"
+        )
+    return found
+
+
+def _function_tool(func: Callable[..., Any]) -> DeclaredTool:
+    declaration = declaration_of(func)
+    module_name = getattr(func, "__module__", "")
+    if declaration is None:
+        raise ConfigurationError(
+            f"function {func.__qualname__} is not declared: decorate it with "
+            "@compensable(by=...) or @compensable(reversibility=Reversibility.IRREVERSIBLE)"
+        )
+    module = sys.modules.get(module_name)
+    compensation = _resolve_compensation(
+        declaration,
+        func,
+        lookup=lambda name: getattr(module, name, None),
+        where=f"module {module_name}",
+    )
+    return _declared(declaration, func, compensation, where=f"module {module_name}")
+
+
+def _declared(
+    declaration: ToolDeclaration,
+    func: Callable[..., Any],
+    compensation: Compensation | None,
+    *,
+    where: str,
+) -> DeclaredTool:
+    name = declaration.name or func.__name__
+    if not name.isidentifier():
+        raise ConfigurationError(f"{where}: tool name {name!r} is not an identifier")
+    return DeclaredTool(
+        name=name,
+        func=func,
+        description=inspect.getdoc(func) or "",
+        reversibility=declaration.reversibility,
+        compensation=None if compensation is None else dataclasses.replace(
+            compensation, tool_name=name
+        ),
+    )
+
+
+def _resolve_compensation(
+    declaration: ToolDeclaration,
+    tool: Callable[..., Any],
+    *,
+    lookup: Callable[[str], Any],
+    where: str,
+) -> Compensation | None:
+    tool_name = declaration.name or tool.__name__
+    by = declaration.by
+    if declaration.reversibility is Reversibility.IRREVERSIBLE:
+        if by is not None:
+            raise ConfigurationError(
+                f"{where}: tool {tool_name!r} is IRREVERSIBLE and also names a compensation "
+                f"({by!r}); an effect with an undo is COMPENSATABLE"
+            )
+        return None
+    if by is None:
+        raise ConfigurationError(
+            f"{where}: tool {tool_name!r} is {declaration.reversibility.name} but declares no "
+            "compensation: add by=... or mark it Reversibility.IRREVERSIBLE"
+        )
+    if isinstance(by, str):
+        func = lookup(by)
+        if func is None or not callable(func):
+            raise ConfigurationError(
+                f"{where}: tool {tool_name!r} names compensation {by!r}, which does not exist; "
+                f"define {by}() or fix the name"
+            )
+    else:
+        func = by
+        bound = lookup(getattr(by, "__name__", ""))
+        if getattr(bound, "__func__", None) is by:
+            func = bound  # a function of the class body: use the instance's bound method
+        if not callable(func):
+            raise ConfigurationError(f"{where}: tool {tool_name!r}: by={by!r} is not callable")
+    return Compensation(
+        tool_name=tool_name, func=func, takes_context=_takes_context(func, tool_name, where)
+    )
+
+
+def _takes_context(func: Callable[..., Any], tool_name: str, where: str) -> bool:
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(
+            f"{where}: the compensation of tool {tool_name!r} has no readable signature"
+        ) from error
+    required = [
+        p
+        for p in parameters
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(required) > 1 or any(p.kind is inspect.Parameter.KEYWORD_ONLY for p in required):
+        names = ", ".join(p.name for p in required)
+        raise ConfigurationError(
+            f"{where}: compensation {getattr(func, '__qualname__', func)!r} of tool "
+            f"{tool_name!r} must take no arguments or one CompensationContext, not ({names})"
+        )
+    return bool(required) or bool(positional)

@@ -1,0 +1,92 @@
+"""The decorators that declare a tool's undo: `compensable`, `compensation`, `Reversibility`."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+__all__ = ["Reversibility", "ToolDeclaration", "compensable", "compensation", "declaration_of"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_DECLARATION = "__sagacity_tool__"
+_COMPENSATION = "__sagacity_compensation__"
+
+
+class Reversibility(enum.Enum):
+    """How far a tool's effect can be undone."""
+
+    REVERSIBLE = "REVERSIBLE"
+    """A perfect undo exists: the effect can be erased."""
+    COMPENSATABLE = "COMPENSATABLE"
+    """A correction exists (a refund, a follow-up mail); the default."""
+    IRREVERSIBLE = "IRREVERSIBLE"
+    """No undo exists: the call waits for a human's approval of its exact input."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ToolDeclaration:
+    """What `compensable` recorded on a tool."""
+
+    by: str | Callable[..., Any] | None
+    """The compensation: a method or function name, or the callable itself."""
+    reversibility: Reversibility
+    """How far the effect can be undone."""
+    name: str | None
+    """The tool's name, if not its function's name."""
+
+
+@overload
+def compensable(func: F, /) -> F: ...
+
+
+@overload
+def compensable(
+    *,
+    by: str | Callable[..., Any] | None = None,
+    reversibility: Reversibility = Reversibility.COMPENSATABLE,
+    name: str | None = None,
+) -> Callable[[F], F]: ...
+
+
+def compensable(
+    func: F | None = None,
+    /,
+    *,
+    by: str | Callable[..., Any] | None = None,
+    reversibility: Reversibility = Reversibility.COMPENSATABLE,
+    name: str | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a function or method a tool with side effects, and how to undo them.
+
+    Args:
+        func: The tool, when used as a bare decorator.
+        by: Its compensation: the name of a method of the same class (or, for a plain
+            function, a function of the same module), or the callable itself. Required
+            unless `reversibility` is IRREVERSIBLE; `Sagacity.wrap` checks it.
+        reversibility: How far the effect can be undone.
+        name: The tool's name as agents see it; defaults to the function's name.
+
+    The function is returned unchanged: the declaration only takes effect through
+    `Sagacity.wrap`, so deleting that call removes sagacity.
+    """
+
+    def declare(target: F) -> F:
+        setattr(target, _DECLARATION, ToolDeclaration(by=by, reversibility=reversibility, name=name))
+        return target
+
+    return declare(func) if func is not None else declare
+
+
+def compensation(func: F) -> F:
+    """Mark a function as a compensation. A marker for readers: binding is by `by=`."""
+    setattr(func, _COMPENSATION, True)
+    return func
+
+
+def declaration_of(func: Any) -> ToolDeclaration | None:
+    """Return what `compensable` declared on `func` (or on a bound method's function)."""
+    found = getattr(func, _DECLARATION, None)
+    return found if isinstance(found, ToolDeclaration) else None

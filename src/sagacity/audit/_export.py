@@ -1,0 +1,57 @@
+"""Exports of the journal: JSON Lines (verifiable on its own) and CSV (for reading)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+import orjson
+
+from sagacity.audit._verify import iter_entries
+from sagacity.journal import JournalEntry, SideEffectJournal
+
+__all__ = ["export_csv", "export_jsonl", "read_jsonl"]
+
+_FIELDS = [
+    "saga_id", "seq", "phase", "tool_name", "call_id", "ref_seq", "payload", "recorded_at",
+    "prev_hash", "hash",
+]
+
+
+def _source(journal: SideEffectJournal, saga_id: str | None) -> Iterable[JournalEntry]:
+    return journal.entries(saga_id) if saga_id is not None else iter_entries(journal)
+
+
+def export_jsonl(journal: SideEffectJournal, out: IO[str], saga_id: str | None = None) -> int:
+    """Write one JSON object per entry, in (saga_id, seq) order; return how many.
+
+    Each line holds the hashed fields and `hash`: enough to verify the chain with no
+    sagacity at hand (docs/journal-format.md).
+    """
+    count = 0
+    for entry in _source(journal, saga_id):
+        out.write(orjson.dumps(entry.to_json()).decode())
+        out.write("\n")
+        count += 1
+    return count
+
+
+def read_jsonl(lines: Iterable[str]) -> Iterator[JournalEntry]:
+    """Read back what `export_jsonl` wrote."""
+    for line in lines:
+        if line.strip():
+            yield JournalEntry.from_json(orjson.loads(line))
+
+
+def export_csv(journal: SideEffectJournal, out: IO[str], saga_id: str | None = None) -> int:
+    """Write entries as CSV with a header row, the payload as JSON text; return how many."""
+    writer = csv.writer(out)
+    writer.writerow(_FIELDS)
+    count = 0
+    for entry in _source(journal, saga_id):
+        row = entry.to_json()
+        row["payload"] = orjson.dumps(row["payload"]).decode()
+        writer.writerow([row[field] for field in _FIELDS])
+        count += 1
+    return count

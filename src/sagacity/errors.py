@@ -1,0 +1,137 @@
+"""The exceptions sagacity raises, one tree under `SagacityError`.
+
+```
+SagacityError                      500
+├── ConfigurationError             500  a declaration is wrong (found at wrap time)
+├── SerializationError             422  a value cannot be made JSON
+├── JournalError                   503  the journal could not be read or written
+│   └── SchemaVersionError         503  the database has a newer schema than this code
+├── SagaStateError                 409  the saga is not in a state that allows this
+│   ├── NestedSagaError            409  a saga was opened inside another
+│   ├── NoSagaError                409  an IRREVERSIBLE tool was called outside a saga
+│   ├── InDoubtError               409  a replayed call has an INTENT with no outcome
+│   └── ReplayMismatchError        409  a replayed call id ran before with other input
+├── SagaNotFoundError              404  no journal entries for that saga
+└── ApprovalError                  403  an approval check refused; nothing was executed
+    ├── ApprovalNotFoundError      404  no such (pending) approval request
+    ├── ApprovalMissingError       403  no APPROVED entry for exactly that request
+    ├── ApprovalRejectedError      403  the request was rejected
+    ├── ApprovalHashMismatchError  403  the input's hash differs from what was approved
+    ├── ApprovalExpiredError       403  the request expired
+    └── ApprovalAlreadyUsedError   409  the approved call has run already
+```
+
+Every error carries `status_code`, the HTTP status the server maps it to. A pending
+approval is not an error: it is a saga outcome (`SagaOutcome.AWAITING_APPROVAL`).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ApprovalAlreadyUsedError",
+    "ApprovalError",
+    "ApprovalExpiredError",
+    "ApprovalHashMismatchError",
+    "ApprovalMissingError",
+    "ApprovalNotFoundError",
+    "ApprovalRejectedError",
+    "ConfigurationError",
+    "InDoubtError",
+    "JournalError",
+    "NestedSagaError",
+    "NoSagaError",
+    "ReplayMismatchError",
+    "SagaNotFoundError",
+    "SagaStateError",
+    "SagacityError",
+    "SchemaVersionError",
+    "SerializationError",
+]
+
+
+class SagacityError(Exception):
+    """The root of every error sagacity raises."""
+
+    status_code: int = 500
+
+
+class ConfigurationError(SagacityError):
+    """A tool or compensation declaration is wrong; raised by `Sagacity.wrap`."""
+
+
+class SerializationError(SagacityError):
+    """A value cannot be converted to JSON; raised before anything runs."""
+
+    status_code = 422
+
+
+class JournalError(SagacityError):
+    """The journal could not be read or written."""
+
+    status_code = 503
+
+
+class SchemaVersionError(JournalError):
+    """The database was written by a newer sagacity than this one."""
+
+
+class SagaStateError(SagacityError):
+    """The saga is not in a state that allows the operation."""
+
+    status_code = 409
+
+
+class NestedSagaError(SagaStateError):
+    """A saga was opened while another is active in the same context."""
+
+
+class NoSagaError(SagaStateError):
+    """An IRREVERSIBLE tool was called outside any saga."""
+
+
+class InDoubtError(SagaStateError):
+    """A replayed call has an INTENT with no outcome: it may or may not have run."""
+
+
+class ReplayMismatchError(SagaStateError):
+    """A call id that already ran was called again with different input."""
+
+
+class SagaNotFoundError(SagacityError):
+    """The journal has no entries for the saga."""
+
+    status_code = 404
+
+
+class ApprovalError(SagacityError):
+    """An approval check refused. Nothing was executed; the saga can still be approved."""
+
+    status_code = 403
+
+
+class ApprovalNotFoundError(ApprovalError):
+    """There is no such approval request, or none pending for the saga."""
+
+    status_code = 404
+
+
+class ApprovalMissingError(ApprovalError):
+    """The journal holds no valid APPROVED entry for exactly this request."""
+
+
+class ApprovalRejectedError(ApprovalError):
+    """The request was rejected."""
+
+
+class ApprovalHashMismatchError(ApprovalError):
+    """The input about to run does not hash to what was requested and approved."""
+
+
+class ApprovalExpiredError(ApprovalError):
+    """The approval request expired before it was used."""
+
+
+class ApprovalAlreadyUsedError(ApprovalError):
+    """The approved call has already run; an approval is used once."""
+
+    status_code = 409

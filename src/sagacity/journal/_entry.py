@@ -1,0 +1,228 @@
+"""Journal entries, their phases, and the hash that chains them."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import time
+from typing import Any
+
+import orjson
+
+from sagacity.journal._canonical import JsonValue, canonical_bytes
+
+__all__ = ["GENESIS_HASH", "JournalEntry", "Phase", "hashed_bytes", "seal", "utc_timestamp"]
+
+GENESIS_HASH = "0" * 64
+"""The `prev_hash` of every saga's first entry."""
+
+
+class Phase(enum.Enum):
+    """What a journal entry records."""
+
+    INTENT = "INTENT"
+    """A tool is about to run with this input; committed before the call."""
+    EXECUTED = "EXECUTED"
+    """The tool returned this result."""
+    FAILED = "FAILED"
+    """The tool raised; `payload["kind"]` says whether its outcome is known."""
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    """An IRREVERSIBLE call waits for a human; the payload holds its input and hash."""
+    APPROVED = "APPROVED"
+    """A named approver approved the request whose AWAITING_APPROVAL is `ref_seq`."""
+    REJECTED = "REJECTED"
+    """A named approver rejected the request whose AWAITING_APPROVAL is `ref_seq`."""
+    COMPENSATED = "COMPENSATED"
+    """The compensation of the EXECUTED entry `ref_seq` ran."""
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    """The compensation of the EXECUTED entry `ref_seq` raised."""
+    ENDED = "ENDED"
+    """The saga ended; `payload["outcome"]` says how."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class JournalEntry:
+    """One row of the journal: an immutable, hash-chained record."""
+
+    saga_id: str
+    """The saga this entry belongs to."""
+    seq: int
+    """Position in the saga: 1, 2, 3, … with no gaps."""
+    phase: Phase
+    """What the entry records."""
+    tool_name: str | None
+    """The tool concerned, if any."""
+    call_id: str | None
+    """The tool call concerned, if any: the framework's id or one sagacity made."""
+    ref_seq: int | None
+    """The entry this one answers (EXECUTED → its INTENT, COMPENSATED → its EXECUTED, …)."""
+    payload: JsonValue
+    """The phase's data, exactly as hashed."""
+    recorded_at: str
+    """When it was appended: RFC 3339, UTC, microseconds, `Z`."""
+    prev_hash: str
+    """The `hash` of the previous entry of the saga; 64 zeros for the first."""
+    hash: str
+    """`sha256(JCS(hashed fields))`, 64 lowercase hex digits."""
+
+    def hashed_fields(self) -> dict[str, Any]:
+        """Return the object whose canonical JSON is hashed (docs/journal-format.md)."""
+        return _hashed_fields(
+            self.saga_id,
+            self.seq,
+            self.phase,
+            self.tool_name,
+            self.call_id,
+            self.ref_seq,
+            self.payload,
+            self.recorded_at,
+            self.prev_hash,
+        )
+
+    def computed_hash(self) -> str:
+        """Recompute the hash from the fields, as a verifier does."""
+        return hashlib.sha256(canonical_bytes(self.hashed_fields())).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the entry as a JSON object, the form exports use."""
+        fields = self.hashed_fields()
+        fields["hash"] = self.hash
+        return fields
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JournalEntry:
+        """Build an entry from `to_json`'s output, without checking its hash."""
+        return cls(
+            saga_id=data["saga_id"],
+            seq=data["seq"],
+            phase=Phase(data["phase"]),
+            tool_name=data["tool_name"],
+            call_id=data["call_id"],
+            ref_seq=data["ref_seq"],
+            payload=data["payload"],
+            recorded_at=data["recorded_at"],
+            prev_hash=data["prev_hash"],
+            hash=data["hash"],
+        )
+
+
+def _hashed_fields(
+    saga_id: str,
+    seq: int,
+    phase: Phase,
+    tool_name: str | None,
+    call_id: str | None,
+    ref_seq: int | None,
+    payload: JsonValue,
+    recorded_at: str,
+    prev_hash: str,
+) -> dict[str, Any]:
+    return {
+        "saga_id": saga_id,
+        "seq": seq,
+        "phase": phase.value,
+        "tool_name": tool_name,
+        "call_id": call_id,
+        "ref_seq": ref_seq,
+        "payload": payload,
+        "recorded_at": recorded_at,
+        "prev_hash": prev_hash,
+    }
+
+
+def hashed_bytes(
+    saga_id: str,
+    seq: int,
+    phase: Phase,
+    tool_name: str | None,
+    call_id: str | None,
+    ref_seq: int | None,
+    payload_bytes: bytes,
+    recorded_at: str,
+    prev_hash: str,
+) -> bytes:
+    """Return JCS of the hashed fields, given the payload's canonical bytes.
+
+    JCS writes an object as its members sorted by name with no white space, so the
+    object's encoding is its members' encodings joined in that order: the payload is
+    encoded once, and the same bytes are stored.
+    """
+    dump = orjson.dumps
+    return b"".join(
+        (
+            b'{"call_id":',
+            dump(call_id),
+            b',"payload":',
+            payload_bytes,
+            b',"phase":',
+            dump(phase.value),
+            b',"prev_hash":',
+            dump(prev_hash),
+            b',"recorded_at":',
+            dump(recorded_at),
+            b',"ref_seq":',
+            dump(ref_seq),
+            b',"saga_id":',
+            canonical_bytes(saga_id),
+            b',"seq":',
+            dump(seq),
+            b',"tool_name":',
+            canonical_bytes(tool_name),
+            b"}",
+        )
+    )
+
+
+def seal(
+    saga_id: str,
+    seq: int,
+    phase: Phase,
+    *,
+    tool_name: str | None,
+    call_id: str | None,
+    ref_seq: int | None,
+    payload: JsonValue,
+    prev_hash: str,
+    recorded_at: str | None = None,
+) -> tuple[JournalEntry, bytes]:
+    """Build the entry that follows `prev_hash`, and the canonical bytes of its payload.
+
+    SQL backends store those payload bytes as they are, so what is read back hashes the
+    same as what was hashed.
+    """
+    recorded_at = recorded_at or utc_timestamp()
+    payload_bytes = canonical_bytes(payload)
+    digest = hashlib.sha256(
+        hashed_bytes(
+            saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
+        )
+    ).hexdigest()
+    entry = JournalEntry(
+        saga_id=saga_id,
+        seq=seq,
+        phase=phase,
+        tool_name=tool_name,
+        call_id=call_id,
+        ref_seq=ref_seq,
+        payload=payload,
+        recorded_at=recorded_at,
+        prev_hash=prev_hash,
+        hash=digest,
+    )
+    return entry, payload_bytes
+
+
+_second_cache: tuple[int, str] = (-1, "")
+
+
+def utc_timestamp() -> str:
+    """Return the current time as RFC 3339 UTC with microseconds, e.g. `…T12:00:00.000001Z`."""
+    global _second_cache
+    micros = time.time_ns() // 1000
+    second, fraction = divmod(micros, 1_000_000)
+    cached_second, prefix = _second_cache
+    if cached_second != second:
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _second_cache = (second, prefix)
+    return f"{prefix}.{fraction:06d}Z"

@@ -1,0 +1,50 @@
+"""The contract every journal backend keeps."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from sagacity.journal._canonical import JsonValue
+from sagacity.journal._entry import JournalEntry, Phase
+
+__all__ = ["SideEffectJournal"]
+
+
+@runtime_checkable
+class SideEffectJournal(Protocol):
+    """An append-only, hash-chained store of journal entries, ordered per saga."""
+
+    def append(
+        self,
+        saga_id: str,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+    ) -> JournalEntry:
+        """Durably append an entry; the journal assigns seq, time and hashes.
+
+        Returns only once the entry is committed. Raises `JournalError` when it cannot
+        be; an append is never silently dropped.
+        """
+        ...
+
+    def entries(self, saga_id: str) -> list[JournalEntry]:
+        """Return a saga's entries in seq order (empty for an unknown saga)."""
+        ...
+
+    def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
+        """Return up to `limit` saga ids in ascending order, those greater than `after`."""
+        ...
+
+    def list_entries(
+        self, *, after: tuple[str, int] | None = None, limit: int = 1000
+    ) -> list[JournalEntry]:
+        """Return up to `limit` entries of all sagas ordered by (saga_id, seq), after `after`."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the journal is unusable afterwards."""
+        ...

@@ -1,0 +1,444 @@
+"""`SagaTool`: the journaling decorator around one tool, and the hot path of a call."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+import functools
+import inspect
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sagacity._history import CallState
+from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
+from sagacity.annotations import Reversibility
+from sagacity.approval import ApprovalRequest
+from sagacity.approval._check import check_approved
+from sagacity.errors import (
+    ApprovalError,
+    ApprovalNotFoundError,
+    ApprovalRejectedError,
+    ConfigurationError,
+    InDoubtError,
+    JournalError,
+    NoSagaError,
+    ReplayMismatchError,
+    SerializationError,
+)
+from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
+
+if TYPE_CHECKING:
+    from sagacity.saga import Sagacity
+
+__all__ = [
+    "ApprovalHandler",
+    "ExceptionClassifier",
+    "FailureKind",
+    "SagaTool",
+    "awaiting_approval_message",
+    "default_classifier",
+]
+
+
+class FailureKind(enum.Enum):
+    """How an exception from a tool is journaled, and what it does to the saga."""
+
+    FAILURE = "failure"
+    """FAILED; the saga fails and compensates."""
+    RETRYABLE = "retryable"
+    """FAILED, marked retryable (a retry the framework asked for); the saga goes on."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """FAILED with the outcome unknown (cancelled, timed out): in doubt, never compensated;
+    the saga fails."""
+    CONTROL_FLOW = "control_flow"
+    """The framework's own control flow (a pause, a deferral): journaled as a FAILED that
+    neither fails the saga nor leaves the call in doubt, then passed on unchanged."""
+
+
+ExceptionClassifier = Callable[[BaseException], FailureKind | None]
+"""Returns how to journal an exception, or None to leave it to the next classifier."""
+
+ApprovalHandler = Callable[[ApprovalRequest], Any]
+"""Called when a call must wait for approval: returns what the tool call returns, or
+raises the framework's own pause."""
+
+_UNKNOWN_OUTCOME_TYPES = (
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
+    TimeoutError,
+    KeyboardInterrupt,
+    SystemExit,
+)
+
+
+def default_classifier(error: BaseException) -> FailureKind:
+    """Cancellation, timeouts and interpreter exits leave the outcome unknown; all else fails."""
+    if isinstance(error, _UNKNOWN_OUTCOME_TYPES):
+        return FailureKind.OUTCOME_UNKNOWN
+    return FailureKind.FAILURE
+
+
+def awaiting_approval_message(request: ApprovalRequest) -> str:
+    """The text an agent's model is given when a call waits for approval."""
+    return (
+        f"[AWAITING_APPROVAL] {request.tool_name} was not run: it needs a human's approval "
+        f"(request {request.request_id}, sha256 {request.input_sha256[:12]}). Do not call it "
+        "again; tell the user it is waiting for approval."
+    )
+
+
+class SagaTool:
+    """A tool whose calls are journaled inside a saga; made by `Sagacity.wrap`.
+
+    Calling it is calling the tool: it keeps the tool's `__name__`, docstring and
+    signature, so frameworks derive the same schema. A sync tool stays sync; an async
+    tool's call returns a coroutine.
+    """
+
+    def __init__(
+        self,
+        owner: Sagacity,
+        func: Callable[..., Any],
+        *,
+        name: str,
+        description: str,
+        reversibility: Reversibility,
+        excluded: frozenset[str] = frozenset(),
+    ) -> None:
+        self.owner = owner
+        self.func = func
+        self.name = name
+        """The name agents call it by."""
+        self.description = description
+        """Its description: the docstring."""
+        self.reversibility = reversibility
+        """How far its effect can be undone."""
+        self.excluded = excluded
+        """Parameters left out of the journaled input (framework-injected ones)."""
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.signature = inspect.signature(func)
+        functools.update_wrapper(self, func)
+        if self.is_async and hasattr(inspect, "markcoroutinefunction"):
+            inspect.markcoroutinefunction(self)  # lets frameworks see an async tool (3.12+)
+
+    def __repr__(self) -> str:
+        return f"<SagaTool {self.name} {self.reversibility.name}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.is_async:
+            return self.ainvoke(args, kwargs)
+        return self.invoke(args, kwargs)
+
+    def excluding(self, *names: str) -> SagaTool:
+        """Return a copy that leaves these parameters out of the journaled input."""
+        clone = SagaTool(
+            self.owner,
+            self.func,
+            name=self.name,
+            description=self.description,
+            reversibility=self.reversibility,
+            excluded=self.excluded | frozenset(names),
+        )
+        return clone
+
+    def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
+        """Bind arguments to parameter names, apply defaults and convert them to JSON.
+
+        This dict is what is journaled, hashed for approval and handed to compensations.
+        """
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        result: dict[str, JsonValue] = {}
+        for param_name, value in bound.arguments.items():
+            if param_name in self.excluded:
+                continue
+            kind = self.signature.parameters[param_name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:
+                for key, item in value.items():
+                    result[key] = to_json(item, where=f"tool {self.name!r} argument {key!r}")
+            else:
+                result[param_name] = to_json(
+                    value, where=f"tool {self.name!r} argument {param_name!r}"
+                )
+        return result
+
+    def invoke(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        on_approval_needed: ApprovalHandler | None = None,
+    ) -> Any:
+        """Call a sync tool through the journal.
+
+        Args:
+            args: Positional arguments for the tool.
+            kwargs: Keyword arguments for the tool.
+            call_id: The framework's tool-call id; sagacity makes one when None.
+            on_approval_needed: What an IRREVERSIBLE call that waits returns or raises;
+                by default the `[AWAITING_APPROVAL]` text.
+        """
+        kwargs = kwargs or {}
+        scope = self._scope()
+        if scope is None:
+            return self.func(*args, **kwargs)
+        call = _Call(self, scope, args, kwargs, call_id)
+        decision, value = call.begin()
+        if decision is _REPLAY:
+            return value
+        if decision is _PAUSE:
+            return (on_approval_needed or awaiting_approval_message)(value)
+        token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
+        try:
+            result = self.func(*args, **kwargs)
+        except BaseException as error:
+            call.failed(error)
+            raise
+        finally:
+            _call.reset(token)
+        call.executed(result)
+        return result
+
+    async def ainvoke(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        on_approval_needed: ApprovalHandler | None = None,
+    ) -> Any:
+        """Call a tool through the journal from async code (see `invoke`).
+
+        A sync tool is called directly on the loop's thread, as its framework would.
+        """
+        kwargs = kwargs or {}
+        scope = self._scope()
+        if scope is None:
+            outcome = self.func(*args, **kwargs)
+            return await outcome if inspect.isawaitable(outcome) else outcome
+        call = _Call(self, scope, args, kwargs, call_id)
+        decision, value = call.begin()
+        if decision is _REPLAY:
+            return value
+        if decision is _PAUSE:
+            paused = (on_approval_needed or awaiting_approval_message)(value)
+            return await paused if inspect.isawaitable(paused) else paused
+        token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
+        try:
+            result = self.func(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as error:
+            call.failed(error)
+            raise
+        finally:
+            _call.reset(token)
+        call.executed(result)
+        return result
+
+    def _scope(self) -> SagaScope | None:
+        scope = current_scope()
+        if scope is None:
+            if (
+                self.reversibility is Reversibility.IRREVERSIBLE
+                and not self.owner.allow_irreversible_outside_saga
+            ):
+                raise NoSagaError(
+                    f"tool {self.name!r} is IRREVERSIBLE and was called outside a saga: run it "
+                    "inside Sagacity.saga(...) so that it waits for approval, or build "
+                    "Sagacity with allow_irreversible_outside_saga=True"
+                )
+            return None
+        if scope.owner is not self.owner:
+            raise ConfigurationError(
+                f"tool {self.name!r} was wrapped by another Sagacity than the one running saga "
+                f"{scope.saga_id!r}; wrap the tools with the Sagacity that runs the saga"
+            )
+        return scope
+
+
+_REPLAY = object()
+_PAUSE = object()
+_RUN = object()
+
+
+class _Call:
+    """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
+
+    __slots__ = ("args", "call_id", "input", "intent", "kwargs", "request", "scope", "tool")
+
+    def __init__(
+        self,
+        tool: SagaTool,
+        scope: SagaScope,
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+        call_id: str | None,
+    ) -> None:
+        self.tool = tool
+        self.scope = scope
+        self.args = args
+        self.kwargs = kwargs
+        self.input = tool.input_of(args, kwargs)  # SerializationError before anything runs
+        self.call_id = call_id or scope.next_call_id(tool.name)
+        self.intent: JournalEntry | None = None
+        self.request: ApprovalRequest | None = None
+
+    def begin(self) -> tuple[object, Any]:
+        """Return (_REPLAY, result), (_PAUSE, request) or (_RUN, None) after INTENT."""
+        scope, tool = self.scope, self.tool
+        with scope.lock:
+            prior = scope.history.latest_call.get(self.call_id)
+            if prior is not None:
+                replayed = self._replay(prior)
+                if replayed is not None:
+                    return replayed
+            payload: dict[str, JsonValue] = {
+                "input": self.input,
+                "reversibility": tool.reversibility.value,
+            }
+            if tool.reversibility is Reversibility.IRREVERSIBLE:
+                try:
+                    self.request = self._approved_request()
+                except ApprovalError as refusal:
+                    scope.refusal = refusal
+                    raise
+                if self.request is None:
+                    return _PAUSE, self._request_approval()
+                payload["request_id"] = self.request.request_id
+            self.intent = scope.append(
+                Phase.INTENT, tool_name=tool.name, call_id=self.call_id, payload=payload
+            )
+        return _RUN, None
+
+    def _replay(self, prior: CallState) -> tuple[object, Any] | None:
+        saga, name = self.scope.saga_id, self.tool.name
+        if prior.executed:
+            before = _payload(prior.intent).get("input")
+            if sha256_hex(before) != sha256_hex(self.input):
+                raise ReplayMismatchError(
+                    f"saga {saga!r}: call {self.call_id!r} of tool {name!r} already ran at seq "
+                    f"{prior.intent.seq} with other input; it is not run again"
+                )
+            assert prior.outcome is not None
+            return _REPLAY, _payload(prior.outcome).get("result")
+        if prior.in_doubt:
+            raise InDoubtError(
+                f"saga {saga!r}: call {self.call_id!r} of tool {name!r} has an INTENT at seq "
+                f"{prior.intent.seq} with no known outcome; it may have run. Resolve it with "
+                "Sagacity.resolve before running it again"
+            )
+        return None  # it failed with a known outcome: running it again is a retry
+
+    def _approved_request(self) -> ApprovalRequest | None:
+        """The request this call answers, checked; None when it has not been asked yet."""
+        scope = self.scope
+        scope.refresh()  # the approval may have been recorded by another process
+        asked = [e for e in scope.history.awaiting.values() if e.call_id == self.call_id]
+        if not asked:
+            return None
+        awaiting = asked[-1]
+        request_id = str(_payload(awaiting).get("request_id"))
+        request = scope.owner.approvals.get(request_id)
+        if request is None:
+            rejected = scope.history.rejected(awaiting.seq)
+            if rejected is not None:
+                raise ApprovalRejectedError(
+                    f"saga {scope.saga_id!r}: request {request_id} for tool {self.tool.name!r} "
+                    f"was rejected: {_payload(rejected).get('reason')}"
+                )
+            raise ApprovalNotFoundError(
+                f"saga {scope.saga_id!r}: approval request {request_id} for call "
+                f"{self.call_id!r} is no longer stored; the call is not run"
+            )
+        check_approved(
+            request, scope.history, input_sha256=sha256_hex(self.input), now=scope.owner.now()
+        )
+        return request
+
+    def _request_approval(self) -> ApprovalRequest:
+        scope, tool, owner = self.scope, self.tool, self.scope.owner
+        now = owner.now()
+        ttl = owner.approval_ttl
+        expires_at = None if ttl is None else now + ttl
+        request_id = uuid.uuid4().hex
+        digest = sha256_hex(self.input)
+        reason = f"{tool.name} is IRREVERSIBLE: {tool.description.strip().splitlines()[0]}" if (
+            tool.description.strip()
+        ) else f"{tool.name} is IRREVERSIBLE"
+        entry = scope.append(
+            Phase.AWAITING_APPROVAL,
+            tool_name=tool.name,
+            call_id=self.call_id,
+            payload={
+                "request_id": request_id,
+                "input": self.input,
+                "input_sha256": digest,
+                "reason": reason,
+                "expires_at": None if expires_at is None else expires_at.isoformat(),
+            },
+        )
+        request = ApprovalRequest(
+            request_id=request_id,
+            saga_id=scope.saga_id,
+            seq=entry.seq,
+            call_id=self.call_id,
+            tool_name=tool.name,
+            input=self.input,
+            input_sha256=digest,
+            reason=reason,
+            requested_at=now,
+            expires_at=expires_at,
+        )
+        owner.approvals.save(request)
+        scope.awaiting.append(request)
+        return request
+
+    def executed(self, result: Any) -> None:
+        """Journal EXECUTED; an approved call consumes its request."""
+        try:
+            payload: JsonValue = {
+                "result": to_json(result, where=f"tool {self.tool.name!r} result")
+            }
+        except SerializationError as error:
+            # The effect has happened: record it, even if its result has no JSON form.
+            payload = {"result": None, "unserializable_result": f"{error}: {result!r:.500}"}
+        assert self.intent is not None
+        self.scope.append(
+            Phase.EXECUTED,
+            tool_name=self.tool.name,
+            call_id=self.call_id,
+            ref_seq=self.intent.seq,
+            payload=payload,
+        )
+        if self.request is not None:
+            self.scope.owner.approvals.delete(self.request.request_id)
+
+    def failed(self, error: BaseException) -> None:
+        """Journal FAILED with the error's kind; mark the saga failed when the kind says so."""
+        kind = self.scope.owner.classify(error)
+        if kind in (FailureKind.FAILURE, FailureKind.OUTCOME_UNKNOWN):
+            self.scope.failed = True
+        assert self.intent is not None
+        try:
+            self.scope.append(
+                Phase.FAILED,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                ref_seq=self.intent.seq,
+                payload={
+                    "kind": kind.value,
+                    "error": {"type": type(error).__qualname__, "message": str(error)},
+                },
+            )
+        except JournalError as journal_error:
+            raise journal_error from error
+
+
+def _payload(entry: JournalEntry) -> dict[str, Any]:
+    return entry.payload if isinstance(entry.payload, dict) else {}
+
+
