@@ -45,14 +45,14 @@ from sagacity.journal import (
     SqliteJournal,
     to_json,
 )
-from sagacity.saga import SagaOutcome, SagaResult, Sagacity
+from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.tools import FailureKind, SagaTool
 
 __version__ = "0.1.0"
 
 # The subpackage `sagacity.compensation` shares the decorator's name, and importing it
 # bound the package attribute to the module: bind the decorator again, last.
-from sagacity.annotations import compensation  # noqa: E402, F811
+from sagacity.annotations import compensation  # noqa: F811
 
 __all__ = [
     "ApprovalAlreadyUsedError",

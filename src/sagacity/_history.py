@@ -29,7 +29,10 @@ class CallState:
     def in_doubt(self) -> bool:
         if self.outcome is None:
             return True
-        return self.outcome.phase is Phase.FAILED and _payload(self.outcome).get("kind") == OUTCOME_UNKNOWN
+        return (
+            self.outcome.phase is Phase.FAILED
+            and _payload(self.outcome).get("kind") == OUTCOME_UNKNOWN
+        )
 
     @property
     def compensated(self) -> bool:
@@ -63,14 +66,14 @@ class SagaHistory:
         self.entries.append(entry)
         phase = entry.phase
         if phase is Phase.INTENT:
-            call = CallState(entry)
-            self.calls[entry.seq] = call
+            started = CallState(entry)
+            self.calls[entry.seq] = started
             if entry.call_id is not None:
-                self.latest_call[entry.call_id] = call
+                self.latest_call[entry.call_id] = started
         elif phase in (Phase.EXECUTED, Phase.FAILED):
-            call = self.calls.get(entry.ref_seq or 0)
-            if call is not None:
-                call.outcome = entry
+            answered = self.calls.get(entry.ref_seq or 0)
+            if answered is not None:
+                answered.outcome = entry
         elif phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
             executed = self.entry(entry.ref_seq or 0)
             call = self.calls.get(executed.ref_seq or 0) if executed else None

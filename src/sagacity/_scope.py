@@ -50,7 +50,7 @@ class SagaScope:
         self._counters: dict[str, int] = {}
 
     def next_call_id(self, tool_name: str) -> str:
-        """Make the next call id for a tool without a framework id: `name#1`, `name#2`, …
+        """Make the next call id for a tool without a framework id: `name#1`, `name#2`, ….
 
         Deterministic, so work run again after a crash or a resume finds the calls
         it made before in the journal and replays them instead of running them twice.

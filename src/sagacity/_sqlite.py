@@ -61,7 +61,9 @@ def connect(path: str | Path, *, busy_timeout_ms: int = 30_000) -> sqlite3.Conne
     """
     try:
         conn = sqlite3.connect(
-            str(path), timeout=busy_timeout_ms / 1000, isolation_level=None,
+            str(path),
+            timeout=busy_timeout_ms / 1000,
+            isolation_level=None,
             check_same_thread=False,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")

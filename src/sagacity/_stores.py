@@ -36,9 +36,10 @@ def open_stores(url: str) -> tuple[SideEffectJournal, ApprovalStore]:
         path = sqlite_path(url)
         return SqliteJournal(path), SqliteApprovalStore(path)
     if scheme in ("postgresql", "postgres"):
-        from sagacity.journal.postgres import open_postgres_stores
+        from sagacity.journal.postgres import open_postgres_stores  # type: ignore[import-not-found]
 
-        return open_postgres_stores(url)
+        stores: tuple[SideEffectJournal, ApprovalStore] = open_postgres_stores(url)
+        return stores
     raise ConfigurationError(
         f"database URL {url!r} is not one of memory://, sqlite:///path.db, postgresql://…"
     )

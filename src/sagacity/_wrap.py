@@ -108,9 +108,9 @@ def _declared(
         func=func,
         description=inspect.getdoc(func) or "",
         reversibility=declaration.reversibility,
-        compensation=None if compensation is None else dataclasses.replace(
-            compensation, tool_name=name
-        ),
+        compensation=None
+        if compensation is None
+        else dataclasses.replace(compensation, tool_name=name),
     )
 
 

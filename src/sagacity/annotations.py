@@ -74,7 +74,9 @@ def compensable(
     """
 
     def declare(target: F) -> F:
-        setattr(target, _DECLARATION, ToolDeclaration(by=by, reversibility=reversibility, name=name))
+        setattr(
+            target, _DECLARATION, ToolDeclaration(by=by, reversibility=reversibility, name=name)
+        )
         return target
 
     return declare(func) if func is not None else declare

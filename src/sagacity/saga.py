@@ -183,8 +183,9 @@ class Sagacity:
     # -- sagas ---------------------------------------------------------------------------
 
     def saga(self, saga_id: str, work: Callable[[], Any]) -> SagaResult:
-        """Run `work` as saga `saga_id` and report how it ended; a failure is reported,
-        not raised.
+        """Run `work` as saga `saga_id` and report how it ended.
+
+        A failed saga is compensated and reported, not raised.
 
         Raises:
             NestedSagaError: A saga is already open in this context.
@@ -452,9 +453,7 @@ class Sagacity:
             return self._end_compensated(scope.history, report, value=value, error=error)
         return self._settle(scope, value, error)
 
-    async def _afinish(
-        self, scope: SagaScope, value: Any, error: Exception | None
-    ) -> SagaResult:
+    async def _afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
             report = await self._runner.arun(scope.history)
             return self._end_compensated(scope.history, report, value=value, error=error)

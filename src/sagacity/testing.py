@@ -22,6 +22,7 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def __call__(self) -> datetime.datetime:
+        """Return the current fake time."""
         with self._lock:
             return self._now
 
@@ -54,6 +55,7 @@ class FailOn:
         return self._count
 
     def __call__(self) -> None:
+        """Count a call; raise if it is one of the chosen ones."""
         with self._lock:
             self._count += 1
             number = self._count

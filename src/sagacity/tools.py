@@ -18,6 +18,7 @@ from sagacity.approval import ApprovalRequest
 from sagacity.approval._check import check_approved
 from sagacity.errors import (
     ApprovalError,
+    ApprovalMissingError,
     ApprovalNotFoundError,
     ApprovalRejectedError,
     ConfigurationError,
@@ -127,13 +128,14 @@ class SagaTool:
         return f"<SagaTool {self.name} {self.reversibility.name}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the tool: journaled inside a saga, straight through outside one."""
         if self.is_async:
             return self.ainvoke(args, kwargs)
         return self.invoke(args, kwargs)
 
     def excluding(self, *names: str) -> SagaTool:
         """Return a copy that leaves these parameters out of the journaled input."""
-        clone = SagaTool(
+        return SagaTool(
             self.owner,
             self.func,
             name=self.name,
@@ -141,7 +143,6 @@ class SagaTool:
             reversibility=self.reversibility,
             excluded=self.excluded | frozenset(names),
         )
-        return clone
 
     def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
         """Bind arguments to parameter names, apply defaults and convert them to JSON.
@@ -239,6 +240,29 @@ class SagaTool:
         call.executed(result)
         return result
 
+    def pending_approval(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> ApprovalRequest | None:
+        """For a framework's approval policy: must this call wait for a human?
+
+        Returns the approval request the call waits on, journaling AWAITING_APPROVAL and
+        storing a new request if it has not been asked yet; None when the call may run
+        now (not IRREVERSIBLE, no saga open, already run, or approved and every check
+        passes). The call itself checks again when it runs.
+
+        Raises:
+            ApprovalError: The request was rejected, or the input no longer matches what
+                was approved.
+        """
+        scope = self._scope()
+        if scope is None:
+            return None
+        return _Call(self, scope, args, kwargs or {}, call_id).pending_request()
+
     def _scope(self) -> SagaScope | None:
         scope = current_scope()
         if scope is None:
@@ -333,8 +357,13 @@ class _Call:
             )
         return None  # it failed with a known outcome: running it again is a retry
 
-    def _approved_request(self) -> ApprovalRequest | None:
-        """The request this call answers, checked; None when it has not been asked yet."""
+    def _asked(self) -> tuple[JournalEntry, ApprovalRequest] | None:
+        """The AWAITING_APPROVAL entry and stored request of this call, if it was asked.
+
+        Raises:
+            ApprovalRejectedError: It was asked and rejected.
+            ApprovalNotFoundError: It was asked, but the request is no longer stored.
+        """
         scope = self.scope
         scope.refresh()  # the approval may have been recorded by another process
         asked = [e for e in scope.history.awaiting.values() if e.call_id == self.call_id]
@@ -354,10 +383,51 @@ class _Call:
                 f"saga {scope.saga_id!r}: approval request {request_id} for call "
                 f"{self.call_id!r} is no longer stored; the call is not run"
             )
+        return awaiting, request
+
+    def _approved_request(self) -> ApprovalRequest | None:
+        """The request this call answers, checked; None when it has not been asked yet."""
+        asked = self._asked()
+        if asked is None:
+            return None
+        _, request = asked
         check_approved(
-            request, scope.history, input_sha256=sha256_hex(self.input), now=scope.owner.now()
+            request,
+            self.scope.history,
+            input_sha256=sha256_hex(self.input),
+            now=self.scope.owner.now(),
         )
         return request
+
+    def pending_request(self) -> ApprovalRequest | None:
+        """Return the request this call must wait on, asking for one if there is none.
+
+        None means the call may run now: it is not IRREVERSIBLE, it ran before (and
+        will be replayed), or its approval passes every check.
+        """
+        if self.tool.reversibility is not Reversibility.IRREVERSIBLE:
+            return None
+        with self.scope.lock:
+            prior = self.scope.history.latest_call.get(self.call_id)
+            if prior is not None and prior.executed:
+                return None
+            try:
+                asked = self._asked()
+                if asked is None:
+                    return self._request_approval()
+                _, request = asked
+                check_approved(
+                    request,
+                    self.scope.history,
+                    input_sha256=sha256_hex(self.input),
+                    now=self.scope.owner.now(),
+                )
+            except ApprovalMissingError:
+                return request  # asked and not yet approved: still waiting
+            except ApprovalError as refusal:
+                self.scope.refusal = refusal
+                raise
+            return None
 
     def _request_approval(self) -> ApprovalRequest:
         scope, tool, owner = self.scope, self.tool, self.scope.owner
@@ -366,9 +436,11 @@ class _Call:
         expires_at = None if ttl is None else now + ttl
         request_id = uuid.uuid4().hex
         digest = sha256_hex(self.input)
-        reason = f"{tool.name} is IRREVERSIBLE: {tool.description.strip().splitlines()[0]}" if (
-            tool.description.strip()
-        ) else f"{tool.name} is IRREVERSIBLE"
+        reason = (
+            f"{tool.name} is IRREVERSIBLE: {tool.description.strip().splitlines()[0]}"
+            if (tool.description.strip())
+            else f"{tool.name} is IRREVERSIBLE"
+        )
         entry = scope.append(
             Phase.AWAITING_APPROVAL,
             tool_name=tool.name,
@@ -440,5 +512,3 @@ class _Call:
 
 def _payload(entry: JournalEntry) -> dict[str, Any]:
     return entry.payload if isinstance(entry.payload, dict) else {}
-
-

@@ -19,9 +19,7 @@ from sagacity.journal import JournalEntry, Phase
 __all__ = ["check_approved", "check_request_matches_journal"]
 
 
-def check_request_matches_journal(
-    request: ApprovalRequest, history: SagaHistory
-) -> JournalEntry:
+def check_request_matches_journal(request: ApprovalRequest, history: SagaHistory) -> JournalEntry:
     """Return the request's AWAITING_APPROVAL entry, refusing if the two disagree.
 
     The request store is working state that anyone with database access can edit; the

@@ -14,8 +14,16 @@ from sagacity.journal import JournalEntry, SideEffectJournal
 __all__ = ["export_csv", "export_jsonl", "read_jsonl"]
 
 _FIELDS = [
-    "saga_id", "seq", "phase", "tool_name", "call_id", "ref_seq", "payload", "recorded_at",
-    "prev_hash", "hash",
+    "saga_id",
+    "seq",
+    "phase",
+    "tool_name",
+    "call_id",
+    "ref_seq",
+    "payload",
+    "recorded_at",
+    "prev_hash",
+    "hash",
 ]
 
 

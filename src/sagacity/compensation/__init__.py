@@ -10,6 +10,6 @@ __all__ = [
     "Compensation",
     "CompensationContext",
     "CompensationRegistry",
-    "CompensationRunner",
     "CompensationReport",
+    "CompensationRunner",
 ]

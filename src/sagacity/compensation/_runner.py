@@ -135,7 +135,8 @@ class CompensationRunner:
         failed: list[CallRef] = []
         done = [c for c in history.calls.values() if c.compensation is not None]
         for call in sorted(done, key=lambda c: c.compensation.seq if c.compensation else 0):
-            assert call.outcome is not None and call.compensation is not None
+            assert call.outcome is not None
+            assert call.compensation is not None
             if call.compensated:
                 compensated.append(_ref(call.outcome))
             else:
@@ -196,4 +197,3 @@ def _describe(exc: BaseException) -> str:
 
 def _payload(entry: JournalEntry) -> dict[str, Any]:
     return entry.payload if isinstance(entry.payload, dict) else {}
-

@@ -20,9 +20,7 @@ from sagacity.errors import SerializationError
 
 __all__ = ["JsonValue", "canonical_bytes", "sha256_hex"]
 
-JsonValue: TypeAlias = (
-    "dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None"
-)
+JsonValue: TypeAlias = "dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None"
 
 _MAX_SAFE_INT = 2**53 - 1
 _LAST_BMP = "\uffff"
@@ -34,7 +32,7 @@ def _fast_path_is_exact(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is int:
-        return -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT
+        return bool(-_MAX_SAFE_INT <= value <= _MAX_SAFE_INT)
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and max(key) > _LAST_BMP):

@@ -54,11 +54,14 @@ def to_json(value: Any, *, where: str = "value") -> JsonValue:
     """
     kind = type(value)
     if kind is str or kind is bool or value is None:
-        return value  # type: ignore[no-any-return]
+        return value  # type: ignore[no-any-return]  # Any narrowed by the exact type check
     if kind is int:
-        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else str(value)  # type: ignore[no-any-return]
+        return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else str(value)
     if kind is dict:
-        return {_key(key, where): to_json(item, where=f"{where}[{key!r}]") for key, item in value.items()}
+        return {
+            _key(key, where): to_json(item, where=f"{where}[{key!r}]")
+            for key, item in value.items()
+        }
     if kind is list or kind is tuple:
         return [to_json(item, where=f"{where}[{index}]") for index, item in enumerate(value)]
     return _convert_other(value, where)
@@ -88,7 +91,10 @@ def _convert_other(value: Any, where: str) -> JsonValue:
     if isinstance(value, bytes | bytearray | memoryview):
         return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, Mapping):
-        return {_key(key, where): to_json(item, where=f"{where}[{key!r}]") for key, item in value.items()}
+        return {
+            _key(key, where): to_json(item, where=f"{where}[{key!r}]")
+            for key, item in value.items()
+        }
     if isinstance(value, list | tuple):
         return [to_json(item, where=f"{where}[{index}]") for index, item in enumerate(value)]
     if isinstance(value, set | frozenset):
@@ -110,7 +116,7 @@ def _convert_other(value: Any, where: str) -> JsonValue:
 
 def _key(key: Any, where: str) -> str:
     if type(key) is str:
-        return key  # type: ignore[no-any-return]
+        return key
     if isinstance(key, enum.Enum):
         key = key.value
     if isinstance(key, str | int) and not isinstance(key, bool):
