@@ -1,0 +1,1 @@
+"""sagacity's benchmarks: `make bench` (or `python -m benchmarks [bench_name ...]`)."""
