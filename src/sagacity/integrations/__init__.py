@@ -1,0 +1,1 @@
+"""Adapters that turn wrapped tools into each agent framework's own tools (extras)."""
