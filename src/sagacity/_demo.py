@@ -1,0 +1,124 @@
+"""`sagacity demo`: a compensated order saga, and a wire transfer that waits for approval."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from sagacity.annotations import Reversibility, compensable, compensation
+from sagacity.audit import verify
+from sagacity.compensation import CompensationContext
+from sagacity.saga import Sagacity, SagaResult
+from sagacity.tools import SagaTool
+
+__all__ = ["run_demo"]
+
+
+class CourierDown(RuntimeError):
+    """The dispatch service refused the order."""
+
+
+class OrderTools:
+    """A shop's tools: stock, payments, dispatch and wires, each printing what it does."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+
+    @compensable(by="release_inventory")
+    def reserve_inventory(self, sku: str, qty: int) -> str:
+        """Reserve stock for an order and return the reservation id."""
+        self.say(f"    warehouse: reserved {qty} x {sku} as res-8891")
+        return "res-8891"
+
+    @compensation
+    def release_inventory(self, ctx: CompensationContext) -> None:
+        """Release the reservation the tool returned."""
+        self.say(f"    warehouse: released {ctx.result}")
+
+    @compensable(by="refund_charge")
+    def charge_card(self, customer: str, amount: str) -> str:
+        """Charge the customer's card and return the charge id."""
+        self.say(f"    payments: charged {amount} to {customer} as ch_1M2n3")
+        return "ch_1M2n3"
+
+    @compensation
+    def refund_charge(self, ctx: CompensationContext) -> None:
+        """Refund the charge the tool returned."""
+        self.say(f"    payments: refunded {ctx.result} ({ctx.input['amount']})")
+
+    @compensable(by="cancel_dispatch")
+    def dispatch_order(self, order_id: str) -> str:
+        """Hand the order to the courier."""
+        raise CourierDown(f"courier refused order {order_id}: depot closed")
+
+    @compensation
+    def cancel_dispatch(self) -> None:
+        """Nothing to cancel when dispatch did not happen."""
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def send_wire_transfer(self, amount: str, to: str) -> str:
+        """Send a wire transfer; it cannot be recalled."""
+        self.say(f"    bank: wired {amount} to {to} as wt-5521")
+        return "wt-5521"
+
+
+def run_demo(database: Path, say: Callable[[str], None] = print) -> bool:
+    """Run both sagas on a fresh SQLite file at `database`; return whether the chain verifies."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{database}{suffix}").unlink(missing_ok=True)
+    sagacity = Sagacity.from_url(f"sqlite:///{database}")
+    try:
+        tools = {tool.name: tool for tool in sagacity.wrap(OrderTools(say))}
+        _order_saga(sagacity, tools, say)
+        _wire_saga(sagacity, tools, say)
+        report = verify(sagacity.journal)
+        say("")
+        say(
+            f"verify: {report.sagas} sagas, {report.entries} entries, "
+            + ("chain intact" if report.ok else f"PROBLEMS: {report.problems}")
+        )
+        say(f"journal: {database}  (try: sagacity show order-1001 --database {database})")
+        return report.ok
+    finally:
+        sagacity.close()
+
+
+def _order_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[str], None]) -> None:
+    say("saga order-1001: reserve inventory → charge card → dispatch (fails)")
+
+    def agent() -> str:
+        tools["reserve_inventory"](sku="SKU-42", qty=2)
+        tools["charge_card"](customer="cus_981", amount="59.90 EUR")
+        try:
+            tools["dispatch_order"](order_id="order-1001")
+        except CourierDown as error:
+            # What agent frameworks do: the error becomes a message, the model says "done".
+            say(f"    agent: tool failed ({error}); the model replies 'Order placed!'")
+        return "Order placed!"
+
+    _report(sagacity, sagacity.saga("order-1001", agent), say)
+
+
+def _wire_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[str], None]) -> None:
+    say("")
+    say("saga wire-1002: an IRREVERSIBLE wire transfer")
+    waiting = sagacity.saga(
+        "wire-1002", lambda: tools["send_wire_transfer"](amount="12500.00 EUR", to="DE89 3704")
+    )
+    say(f"    agent sees: {str(waiting.value)[:72]}…")
+    say(f"  outcome: {waiting.outcome.value}")
+    request = waiting.pending[0]
+    say(f"  approver alice@treasury reviews {request.input} sha256 {request.input_sha256[:12]}…")
+    sagacity.approve("wire-1002", approver="alice@treasury", expected_sha256=request.input_sha256)
+    _report(sagacity, sagacity.resume_saga("wire-1002"), say)
+
+
+def _report(sagacity: Sagacity, result: SagaResult, say: Callable[[str], None]) -> None:
+    from sagacity.cli import journal_table
+
+    say(f"  outcome: {result.outcome.value}")
+    if result.compensation is not None:
+        undone = ", ".join(ref.tool_name for ref in result.compensation.compensated)
+        say(f"  compensated, in order: {undone}")
+    for line in journal_table(sagacity.journal.entries(result.saga_id)):
+        say("  " + line)

@@ -1,0 +1,52 @@
+"""The documentation runs: README's quick start, and every CLI command is documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sagacity.cli import _COMMANDS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+class TestReadme:
+    def test_starts_with_the_two_commands(self) -> None:
+        """The first code block of the README is `make demo` then `make test`."""
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        first_block = text.split("```")[1].strip().splitlines()
+        assert first_block[0].startswith("make demo")
+        assert first_block[1].startswith("make test")
+
+    def test_quick_start_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
+        """The quick start compensates the reservation and prints COMPENSATED."""
+        (code,) = python_blocks(ROOT / "README.md")
+        assert len(code.splitlines()) <= 30
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        assert capsys.readouterr().out.splitlines() == [
+            "released res-SKU-42-2",
+            "SagaOutcome.COMPENSATED",
+        ]
+
+
+class TestCliDocs:
+    @pytest.mark.parametrize("command", sorted(_COMMANDS))
+    def test_every_command_is_documented(self, command: str) -> None:
+        """docs/cli.md has a section for every command."""
+        text = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+        assert f"## `sagacity {command}" in text
+
+
+class TestDocsLinks:
+    def test_relative_links_resolve(self) -> None:
+        """Every relative Markdown link in README and docs/ names a file that exists."""
+        for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+            prose = re.sub(r"```.*?```", "", page.read_text("utf-8"), flags=re.S)
+            for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
+                assert (page.parent / target).exists(), f"{page.name} links to {target}"

@@ -1,0 +1,34 @@
+"""The public API is exactly what `sagacity.__all__` names, sorted."""
+
+from __future__ import annotations
+
+import sagacity
+
+
+class TestExportedMembers:
+    def test_all_is_sorted_and_complete(self) -> None:
+        """`__all__` is sorted, and every name in it exists."""
+        assert sagacity.__all__ == sorted(sagacity.__all__)
+        for name in sagacity.__all__:
+            assert hasattr(sagacity, name), name
+
+    def test_public_names(self) -> None:
+        """The names users import are pinned: a change here is an API change."""
+        assert set(sagacity.__all__) == {
+            "ApprovalAlreadyUsedError", "ApprovalError", "ApprovalExpiredError",
+            "ApprovalHashMismatchError", "ApprovalMissingError", "ApprovalNotFoundError",
+            "ApprovalRejectedError", "ApprovalRequest", "ApprovalStore", "CallRef",
+            "CompensationContext", "CompensationReport", "ConfigurationError", "CurrentCall",
+            "FailureKind", "InDoubtError", "InMemoryApprovalStore", "InMemoryJournal",
+            "JournalEntry", "JournalError", "NestedSagaError", "NoSagaError", "Phase",
+            "ReplayMismatchError", "Reversibility", "SagaNotFoundError", "SagaOutcome",
+            "SagaResult", "SagaStateError", "SagaTool", "Sagacity", "SagacityError",
+            "SchemaVersionError", "SerializationError", "SideEffectJournal",
+            "SqliteApprovalStore", "SqliteJournal", "VerificationReport", "compensable",
+            "compensation", "current_call", "to_json", "verify",
+        }  # fmt: skip
+
+    def test_compensation_is_the_decorator(self) -> None:
+        """`sagacity.compensation` is the decorator, although a subpackage shares its name."""
+        assert callable(sagacity.compensation)
+        assert sagacity.compensation.__module__ == "sagacity.annotations"

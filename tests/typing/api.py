@@ -1,0 +1,61 @@
+"""The public API as users type-check it: `mypy --strict tests/typing` must pass."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sagacity import (
+    ApprovalRequest,
+    CompensationContext,
+    CompensationReport,
+    CurrentCall,
+    JournalEntry,
+    Reversibility,
+    Sagacity,
+    SagaOutcome,
+    SagaResult,
+    SagaTool,
+    VerificationReport,
+    compensable,
+    compensation,
+    current_call,
+    verify,
+)
+
+
+class Payments:
+    @compensable(by="refund")
+    def charge(self, customer: str, amount: str) -> str:
+        call: CurrentCall | None = current_call()
+        return f"ch-{customer}-{amount}-{call.call_id if call else ''}"
+
+    @compensation
+    def refund(self, ctx: CompensationContext) -> None:
+        print(ctx.saga_id, ctx.tool_name, ctx.call_id, ctx.input, ctx.result)
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    async def wire(self, amount: str) -> str:
+        return amount
+
+
+def use() -> None:
+    sagacity: Sagacity = Sagacity.from_url("memory://", approval_ttl=60)
+    tools: list[SagaTool] = sagacity.wrap(Payments())
+    names: list[str] = [tool.name for tool in tools]
+    result: SagaResult = sagacity.saga("s-1", lambda: names)
+    outcome: SagaOutcome = result.outcome
+    report: CompensationReport | None = result.compensation
+    pending: list[ApprovalRequest] = result.pending
+    approved: JournalEntry = sagacity.approve("s-1", approver="alice")
+    resumed: SagaResult = sagacity.resume_saga("s-1")
+    checked: VerificationReport = verify(sagacity.journal)
+    ok: bool = checked.ok
+    print(outcome, report, pending, approved, resumed, ok)
+
+
+async def use_async(sagacity: Sagacity) -> SagaResult:
+    async def work() -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    return await sagacity.asaga("s-2", work)
