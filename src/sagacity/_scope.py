@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sagacity._history import SagaHistory
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ApprovalError
+from sagacity.errors import SagacityError
 from sagacity.journal import JournalEntry, JsonValue, Phase
 
 if TYPE_CHECKING:
@@ -43,8 +43,9 @@ class SagaScope:
         self.lock = threading.RLock()
         self.failed = False
         """A call failed: the saga compensates when its work returns, whatever it says."""
-        self.refusal: ApprovalError | None = None
-        """An approval check refused a call; raised when the work returns."""
+        self.refusal: SagacityError | None = None
+        """A check refused a call before it ran (an approval check, a replay that is in
+        doubt or does not match); raised when the work returns, even if it was caught."""
         self.awaiting: list[ApprovalRequest] = []
         """Requests this scope made."""
         self._counters: dict[str, int] = {}
@@ -59,6 +60,11 @@ class SagaScope:
             count = self._counters.get(tool_name, 0) + 1
             self._counters[tool_name] = count
         return f"{tool_name}#{count}"
+
+    def peek_call_id(self, tool_name: str) -> str:
+        """Return the id `next_call_id` will make next, without taking it."""
+        with self.lock:
+            return f"{tool_name}#{self._counters.get(tool_name, 0) + 1}"
 
     def append(
         self,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -13,6 +14,9 @@ from sagacity.compensation import Compensation
 from sagacity.errors import ConfigurationError
 
 __all__ = ["DeclaredTool", "collect_tools"]
+
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""What every framework studied accepts as a tool name."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,14 +87,20 @@ def _function_tool(func: Callable[..., Any]) -> DeclaredTool:
             f"function {func.__qualname__} is not declared: decorate it with "
             "@compensable(by=...) or @compensable(reversibility=Reversibility.IRREVERSIBLE)"
         )
-    module = sys.modules.get(module_name)
+    owner: object = sys.modules.get(module_name)
+    where = f"module {module_name}"
+    if inspect.ismethod(func):
+        # A bound method given alone: `by` names a method of its class, as it would if
+        # the whole object were wrapped.
+        owner = func.__self__
+        where = f"class {type(owner).__qualname__}"
     compensation = _resolve_compensation(
         declaration,
         func,
-        lookup=lambda name: getattr(module, name, None),
-        where=f"module {module_name}",
+        lookup=lambda name: getattr(owner, name, None),
+        where=where,
     )
-    return _declared(declaration, func, compensation, where=f"module {module_name}")
+    return _declared(declaration, func, compensation, where=where)
 
 
 def _declared(
@@ -101,8 +111,10 @@ def _declared(
     where: str,
 ) -> DeclaredTool:
     name = declaration.name or func.__name__
-    if not name.isidentifier():
-        raise ConfigurationError(f"{where}: tool name {name!r} is not an identifier")
+    if not _TOOL_NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"{where}: tool name {name!r} must be 1 to 64 letters, digits, '_', '-' or '.'"
+        )
     return DeclaredTool(
         name=name,
         func=func,

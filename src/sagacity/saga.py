@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import enum
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from sagacity._history import SagaHistory
@@ -23,9 +24,13 @@ from sagacity.errors import (
     ApprovalNotFoundError,
     ApprovalRejectedError,
     ConfigurationError,
+    InDoubtError,
     NestedSagaError,
+    ReplayMismatchError,
+    SagacityError,
     SagaNotFoundError,
     SagaStateError,
+    SerializationError,
 )
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
@@ -65,6 +70,9 @@ class SagaResult:
 
 
 Clock = Callable[[], datetime.datetime]
+
+_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
+"""Raised before a call ran: the saga stays open instead of failing."""
 
 
 def _utc_now() -> datetime.datetime:
@@ -206,17 +214,21 @@ class Sagacity:
         """Run the compensation walk (again): after a crash, or to retry failed ones.
 
         A compensation already journaled COMPENSATED is never run twice; in-doubt calls
-        are listed, never acted on.
+        are listed, never acted on. A saga waiting for approval is abandoned: its pending
+        requests are deleted.
+
+        Raises:
+            SagaNotFoundError: The journal has no such saga.
+            SagaStateError: The saga ended COMPLETED (there is nothing to undo), or it is
+                running in this context.
         """
-        history = self._history(saga_id, must_exist=True)
-        self._refuse_if_open(saga_id)
+        history = self._compensable_history(saga_id)
         report = self._runner.run(history)
         return self._end_compensated(history, report, value=None, error=None)
 
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
-        history = self._history(saga_id, must_exist=True)
-        self._refuse_if_open(saga_id)
+        history = self._compensable_history(saga_id)
         report = await self._runner.arun(history)
         return self._end_compensated(history, report, value=None, error=None)
 
@@ -295,7 +307,8 @@ class Sagacity:
             )
         if request.expired(self.now()):
             raise ApprovalExpiredError(
-                f"saga {saga_id!r}: request {request.request_id} expired at {request.expires_at}"
+                f"saga {saga_id!r}: request {request.request_id} expired at "
+                f"{request.expires_at}; resume the saga to ask again, or reject it"
             )
         if expected_sha256 is not None and expected_sha256 != request.input_sha256:
             raise ApprovalHashMismatchError(
@@ -352,11 +365,19 @@ class Sagacity:
 
         Raises:
             ApprovalError: A check refused; nothing ran and the saga can still be
-                approved properly.
+                approved properly. A saga that ended by a rejection raises
+                `ApprovalRejectedError`, one whose approved call ran already
+                `ApprovalAlreadyUsedError`.
+            SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
+        self._refuse_ended_resume(saga_id, request_id)
         if work is None:
-            request = self._approved_for_resume(saga_id, request_id)
-            tool = self.tool(request.tool_name)
+            request, tool = self._stored_call(saga_id, request_id)
+            if tool.is_async:
+                return _run_coroutine(
+                    self.aresume_saga(saga_id, request_id=request.request_id),
+                    f"saga {saga_id!r}: tool {tool.name!r} is async",
+                )
             scope = self._open(saga_id, resuming=True)
             value, error = self._run_sync(
                 scope, lambda: tool.invoke((), request.input, call_id=request.call_id)
@@ -374,9 +395,9 @@ class Sagacity:
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
+        self._refuse_ended_resume(saga_id, request_id)
         if work is None:
-            request = self._approved_for_resume(saga_id, request_id)
-            tool = self.tool(request.tool_name)
+            request, tool = self._stored_call(saga_id, request_id)
             scope = self._open(saga_id, resuming=True)
             value, error = await self._run_async(
                 scope, lambda: tool.ainvoke((), request.input, call_id=request.call_id)
@@ -388,11 +409,53 @@ class Sagacity:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _stored_call(
+        self, saga_id: str, request_id: str | None
+    ) -> tuple[ApprovalRequest, SagaTool]:
+        """The request to run without `work`, and its tool, checked to take the stored input.
+
+        Checked before the saga re-opens: a tool that cannot take its journaled input (one
+        with framework-injected parameters, say) is a refusal that leaves the saga open,
+        not a failure that compensates it.
+        """
+        request = self._approved_for_resume(saga_id, request_id)
+        tool = self.tool(request.tool_name)
+        try:
+            tool.input_of((), request.input)
+        except (TypeError, SerializationError) as error:
+            raise ConfigurationError(
+                f"saga {saga_id!r}: tool {tool.name!r} cannot be called with its stored input "
+                f"({error}); resume with the framework's own resume as `work`"
+            ) from error
+        return request, tool
+
     def _history(self, saga_id: str, *, must_exist: bool = False) -> SagaHistory:
         entries = self.journal.entries(saga_id)
         if must_exist and not entries:
             raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
         return SagaHistory.of(saga_id, entries)
+
+    def _compensable_history(self, saga_id: str) -> SagaHistory:
+        history = self._history(saga_id, must_exist=True)
+        self._refuse_if_open(saga_id)
+        if history.outcome == SagaOutcome.COMPLETED.value:
+            assert history.ended is not None
+            raise SagaStateError(
+                f"saga {saga_id!r} ended COMPLETED at seq {history.ended.seq}: no call failed, "
+                "so nothing is compensated; undo a finished saga with a new saga of its own"
+            )
+        return history
+
+    def _refuse_ended_resume(self, saga_id: str, request_id: str | None) -> None:
+        """Refuse to resume a saga that ended, saying why from the journal."""
+        history = self._history(saga_id)
+        if history.ended is None:
+            return
+        _explain_unusable(history, request_id)
+        raise SagaStateError(
+            f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; there is "
+            "nothing to resume"
+        )
 
     def _refuse_if_open(self, saga_id: str) -> None:
         scope = current_scope()
@@ -426,11 +489,18 @@ class Sagacity:
     def _run_sync(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
         token = _scope.set(scope)
         try:
-            return work(), None
+            value = work()
         except Exception as error:
             return None, error
         finally:
             _scope.reset(token)
+        if inspect.iscoroutine(value):
+            value.close()  # never started: nothing in it ran
+            return None, TypeError(
+                f"saga {scope.saga_id!r}: work returned a coroutine; run async work with "
+                "`await sagacity.asaga(...)`"
+            )
+        return value, None
 
     @staticmethod
     async def _run_async(
@@ -463,11 +533,11 @@ class Sagacity:
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
         if scope.failed:
             return True
-        # A refused approval executed nothing: the saga stays open to be approved properly.
-        return error is not None and not isinstance(error, ApprovalError)
+        # A refusal executed nothing: the saga stays open to be approved (or resolved) properly.
+        return error is not None and not isinstance(error, _REFUSALS)
 
     def _settle(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
-        refusal = error if isinstance(error, ApprovalError) else scope.refusal
+        refusal: SagacityError | None = error if isinstance(error, _REFUSALS) else scope.refusal
         if refusal is not None:
             raise refusal
         pending = self.approvals.pending(scope.saga_id)
@@ -537,24 +607,44 @@ class Sagacity:
         """Find the request to run, explaining from the journal why there is none."""
         try:
             return self._pending_request(saga_id, request_id)
-        except ApprovalNotFoundError:
-            history = self._history(saga_id)
-            for awaiting in _newest_first(history.awaiting.values()):
-                if request_id not in (None, _payload(awaiting).get("request_id")):
-                    continue
-                rejected = history.rejected(awaiting.seq)
-                if rejected is not None:
-                    raise ApprovalRejectedError(
-                        f"saga {saga_id!r}: request {_payload(awaiting).get('request_id')} was "
-                        f"rejected by {_payload(rejected).get('approver')!r}; it cannot run"
-                    ) from None
-                call = history.latest_call.get(awaiting.call_id or "")
-                if call is not None and call.intent.seq > awaiting.seq:
-                    raise ApprovalAlreadyUsedError(
-                        f"saga {saga_id!r}: the approved call {awaiting.call_id!r} already ran "
-                        f"(INTENT at seq {call.intent.seq}); an approval is used once"
-                    ) from None
-            raise
+        except ApprovalNotFoundError as missing:
+            try:
+                _explain_unusable(self._history(saga_id), request_id)
+            except ApprovalError as explained:
+                raise explained from None
+            raise missing from None
+
+
+def _explain_unusable(history: SagaHistory, request_id: str | None) -> None:
+    """Raise why the newest (or the named) request of a saga can no longer run, if known."""
+    saga_id = history.saga_id
+    for awaiting in _newest_first(history.awaiting.values()):
+        if request_id not in (None, _payload(awaiting).get("request_id")):
+            continue
+        rejected = history.rejected(awaiting.seq)
+        if rejected is not None:
+            raise ApprovalRejectedError(
+                f"saga {saga_id!r}: request {_payload(awaiting).get('request_id')} was "
+                f"rejected by {_payload(rejected).get('approver')!r}; it cannot run"
+            )
+        call = history.latest_call.get(awaiting.call_id or "")
+        if call is not None and call.intent.seq > awaiting.seq:
+            raise ApprovalAlreadyUsedError(
+                f"saga {saga_id!r}: the approved call {awaiting.call_id!r} already ran "
+                f"(INTENT at seq {call.intent.seq}); an approval is used once"
+            )
+        if request_id is None:
+            return  # only the newest request says why the saga cannot resume
+
+
+def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> SagaResult:
+    """Run an async resume to completion from sync code that has no event loop running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
 
 
 def _newest_first(entries: Iterable[JournalEntry]) -> list[JournalEntry]:

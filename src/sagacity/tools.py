@@ -18,6 +18,7 @@ from sagacity.approval import ApprovalRequest
 from sagacity.approval._check import check_approved
 from sagacity.errors import (
     ApprovalError,
+    ApprovalExpiredError,
     ApprovalMissingError,
     ApprovalNotFoundError,
     ApprovalRejectedError,
@@ -98,6 +99,11 @@ class SagaTool:
     tool's call returns a coroutine.
     """
 
+    # Set by functools.update_wrapper; declared so that type checkers see them.
+    __name__: str
+    __qualname__: str
+    __wrapped__: Callable[..., Any]
+
     def __init__(
         self,
         owner: Sagacity,
@@ -120,6 +126,14 @@ class SagaTool:
         """Parameters left out of the journaled input (framework-injected ones)."""
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
+        parameters = self.signature.parameters.values()
+        # Signature.bind costs 4 µs a call; a tool of plain parameters is bound by hand.
+        self._plain: tuple[str, ...] | None = (
+            tuple(p.name for p in parameters)
+            if all(p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in parameters)
+            else None
+        )
+        self._defaults = {p.name: p.default for p in parameters if p.default is not p.empty}
         functools.update_wrapper(self, func)
         if self.is_async and hasattr(inspect, "markcoroutinefunction"):
             inspect.markcoroutinefunction(self)  # lets frameworks see an async tool (3.12+)
@@ -149,10 +163,13 @@ class SagaTool:
 
         This dict is what is journaled, hashed for approval and handed to compensations.
         """
-        bound = self.signature.bind(*args, **kwargs)
-        bound.apply_defaults()
+        arguments = self._bind_plain(args, kwargs)
+        if arguments is None:
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
         result: dict[str, JsonValue] = {}
-        for param_name, value in bound.arguments.items():
+        for param_name, value in arguments.items():
             if param_name in self.excluded:
                 continue
             kind = self.signature.parameters[param_name].kind
@@ -164,6 +181,27 @@ class SagaTool:
                     value, where=f"tool {self.name!r} argument {param_name!r}"
                 )
         return result
+
+    def _bind_plain(
+        self, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Bind as `Signature.bind` + `apply_defaults` would; None leaves it to them."""
+        names = self._plain
+        if names is None or len(args) > len(names):
+            return None
+        arguments = dict(zip(names, args, strict=False))  # args may be fewer than names
+        used = 0
+        for name in names[len(args) :]:
+            if name in kwargs:
+                arguments[name] = kwargs[name]
+                used += 1
+            elif name in self._defaults:
+                arguments[name] = self._defaults[name]
+            else:
+                return None  # missing: let Signature.bind raise its TypeError
+        if used != len(kwargs):
+            return None  # unknown or repeated names: likewise
+        return arguments
 
     def invoke(
         self,
@@ -181,7 +219,15 @@ class SagaTool:
             call_id: The framework's tool-call id; sagacity makes one when None.
             on_approval_needed: What an IRREVERSIBLE call that waits returns or raises;
                 by default the `[AWAITING_APPROVAL]` text.
+
+        Raises:
+            TypeError: The tool is async: its coroutine would never be awaited here.
         """
+        if self.is_async:
+            raise TypeError(
+                f"tool {self.name!r} is async: call `await tool.ainvoke(...)` (or await the "
+                "tool), not invoke"
+            )
         kwargs = kwargs or {}
         scope = self._scope()
         if scope is None:
@@ -261,7 +307,9 @@ class SagaTool:
         scope = self._scope()
         if scope is None:
             return None
-        return _Call(self, scope, args, kwargs or {}, call_id).pending_request()
+        # Without a framework id, look at the id the call itself will take next: asking
+        # must not use it up, or the call would not find its own request.
+        return _Call(self, scope, args, kwargs or {}, call_id, peek=True).pending_request()
 
     def _scope(self) -> SagaScope | None:
         scope = current_scope()
@@ -301,13 +349,20 @@ class _Call:
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],
         call_id: str | None,
+        *,
+        peek: bool = False,
     ) -> None:
         self.tool = tool
         self.scope = scope
         self.args = args
         self.kwargs = kwargs
         self.input = tool.input_of(args, kwargs)  # SerializationError before anything runs
-        self.call_id = call_id or scope.next_call_id(tool.name)
+        if call_id:
+            self.call_id = call_id
+        elif peek:
+            self.call_id = scope.peek_call_id(tool.name)
+        else:
+            self.call_id = scope.next_call_id(tool.name)
         self.intent: JournalEntry | None = None
         self.request: ApprovalRequest | None = None
 
@@ -317,7 +372,11 @@ class _Call:
         with scope.lock:
             prior = scope.history.latest_call.get(self.call_id)
             if prior is not None:
-                replayed = self._replay(prior)
+                try:
+                    replayed = self._replay(prior)
+                except (InDoubtError, ReplayMismatchError) as refusal:
+                    scope.refusal = refusal  # nothing ran: the saga stays open, not failed
+                    raise
                 if replayed is not None:
                     return replayed
             payload: dict[str, JsonValue] = {
@@ -345,7 +404,8 @@ class _Call:
             if sha256_hex(before) != sha256_hex(self.input):
                 raise ReplayMismatchError(
                     f"saga {saga!r}: call {self.call_id!r} of tool {name!r} already ran at seq "
-                    f"{prior.intent.seq} with other input; it is not run again"
+                    f"{prior.intent.seq} with other input; it is not run again. Call it under "
+                    "a new call id, or undo the saga with Sagacity.compensate"
                 )
             assert prior.outcome is not None
             return _REPLAY, _payload(prior.outcome).get("result")
@@ -386,18 +446,33 @@ class _Call:
         return awaiting, request
 
     def _approved_request(self) -> ApprovalRequest | None:
-        """The request this call answers, checked; None when it has not been asked yet."""
+        """The request this call answers, checked; None when it has not been asked yet.
+
+        Raises:
+            ApprovalExpiredError: The request expired; a new one was made in its place,
+                so that the saga can still be approved properly.
+        """
         asked = self._asked()
         if asked is None:
             return None
         _, request = asked
+        try:
+            self._check(request)
+        except ApprovalExpiredError as expired:
+            renewed = self._request_approval(replaces=request)
+            raise ApprovalExpiredError(
+                f"{expired}; request {renewed.request_id} now asks for the same call: approve "
+                "it, then resume the saga"
+            ) from None
+        return request
+
+    def _check(self, request: ApprovalRequest) -> None:
         check_approved(
             request,
             self.scope.history,
             input_sha256=sha256_hex(self.input),
             now=self.scope.owner.now(),
         )
-        return request
 
     def pending_request(self) -> ApprovalRequest | None:
         """Return the request this call must wait on, asking for one if there is none.
@@ -416,20 +491,18 @@ class _Call:
                 if asked is None:
                     return self._request_approval()
                 _, request = asked
-                check_approved(
-                    request,
-                    self.scope.history,
-                    input_sha256=sha256_hex(self.input),
-                    now=self.scope.owner.now(),
-                )
+                self._check(request)
             except ApprovalMissingError:
                 return request  # asked and not yet approved: still waiting
+            except ApprovalExpiredError:
+                return self._request_approval(replaces=request)  # expired: ask again
             except ApprovalError as refusal:
                 self.scope.refusal = refusal
                 raise
             return None
 
-    def _request_approval(self) -> ApprovalRequest:
+    def _request_approval(self, *, replaces: ApprovalRequest | None = None) -> ApprovalRequest:
+        """Journal AWAITING_APPROVAL and store the request; `replaces` an expired one."""
         scope, tool, owner = self.scope, self.tool, self.scope.owner
         now = owner.now()
         ttl = owner.approval_ttl
@@ -441,17 +514,17 @@ class _Call:
             if (tool.description.strip())
             else f"{tool.name} is IRREVERSIBLE"
         )
+        payload: dict[str, JsonValue] = {
+            "request_id": request_id,
+            "input": self.input,
+            "input_sha256": digest,
+            "reason": reason,
+            "expires_at": None if expires_at is None else expires_at.isoformat(),
+        }
+        if replaces is not None:
+            payload["replaces"] = replaces.request_id
         entry = scope.append(
-            Phase.AWAITING_APPROVAL,
-            tool_name=tool.name,
-            call_id=self.call_id,
-            payload={
-                "request_id": request_id,
-                "input": self.input,
-                "input_sha256": digest,
-                "reason": reason,
-                "expires_at": None if expires_at is None else expires_at.isoformat(),
-            },
+            Phase.AWAITING_APPROVAL, tool_name=tool.name, call_id=self.call_id, payload=payload
         )
         request = ApprovalRequest(
             request_id=request_id,
@@ -466,6 +539,8 @@ class _Call:
             expires_at=expires_at,
         )
         owner.approvals.save(request)
+        if replaces is not None:
+            owner.approvals.delete(replaces.request_id)
         scope.awaiting.append(request)
         return request
 
@@ -479,15 +554,20 @@ class _Call:
             # The effect has happened: record it, even if its result has no JSON form.
             payload = {"result": None, "unserializable_result": f"{error}: {result!r:.500}"}
         assert self.intent is not None
-        self.scope.append(
-            Phase.EXECUTED,
-            tool_name=self.tool.name,
-            call_id=self.call_id,
-            ref_seq=self.intent.seq,
-            payload=payload,
-        )
-        if self.request is not None:
-            self.scope.owner.approvals.delete(self.request.request_id)
+        try:
+            self.scope.append(
+                Phase.EXECUTED,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                ref_seq=self.intent.seq,
+                payload=payload,
+            )
+        except BaseException:
+            # The INTENT stays in doubt: the saga must not end COMPLETED if the work
+            # swallows the error.
+            self.scope.failed = True
+            raise
+        self._consume_request()
 
     def failed(self, error: BaseException) -> None:
         """Journal FAILED with the error's kind; mark the saga failed when the kind says so."""
@@ -508,6 +588,11 @@ class _Call:
             )
         except JournalError as journal_error:
             raise journal_error from error
+        self._consume_request()  # the approval was used: a retry must be approved again
+
+    def _consume_request(self) -> None:
+        if self.request is not None:
+            self.scope.owner.approvals.delete(self.request.request_id)
 
 
 def _payload(entry: JournalEntry) -> dict[str, Any]:

@@ -25,18 +25,21 @@ def check_request_matches_journal(request: ApprovalRequest, history: SagaHistory
     The request store is working state that anyone with database access can edit; the
     journal entry is chained evidence. Every field the decision rests on must agree.
     """
-    saga = request.saga_id
+    saga = history.saga_id
     awaiting = history.entry(request.seq)
     if (
-        awaiting is None
+        request.saga_id != history.saga_id
+        or awaiting is None
         or awaiting.phase is not Phase.AWAITING_APPROVAL
         or _payload(awaiting).get("request_id") != request.request_id
         or awaiting.call_id != request.call_id
         or awaiting.tool_name != request.tool_name
+        or _journaled_expiry(awaiting) != request.expires_at
     ):
         raise ApprovalMissingError(
             f"saga {saga!r}: approval request {request.request_id} names seq {request.seq}, "
-            "but the journal has no matching AWAITING_APPROVAL entry there; refused"
+            "but the journal has no AWAITING_APPROVAL entry there that matches its saga, call, "
+            "tool and expiry; the stored request was changed: reject it"
         )
     journaled_sha = _payload(awaiting).get("input_sha256")
     if journaled_sha != request.input_sha256:
@@ -75,10 +78,15 @@ def check_approved(
             f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already "
             f"ran (INTENT at seq {call.intent.seq}); an approval is used once"
         )
+    if input_sha256 != request.input_sha256:
+        raise ApprovalHashMismatchError(
+            f"saga {saga!r}: request {rid} for tool {tool!r} was made for sha256 "
+            f"{request.input_sha256[:12]}…, but the input now hashes to {input_sha256[:12]}…; "
+            "the call is not run: reject the request, or run the input that was requested"
+        )
     if request.expired(now):
         raise ApprovalExpiredError(
-            f"saga {saga!r}: request {rid} for tool {tool!r} expired at "
-            f"{request.expires_at}; ask again"
+            f"saga {saga!r}: request {rid} for tool {tool!r} expired at {request.expires_at}"
         )
     approvals = [
         a
@@ -99,13 +107,24 @@ def check_approved(
             f"saga {saga!r}: the approval of request {rid} at seq {approval.seq} recorded no "
             "input hash; an approval that does not say what it approved is refused"
         )
-    if not input_sha256 == request.input_sha256 == approved_sha:
+    if approved_sha != request.input_sha256:
         raise ApprovalHashMismatchError(
             f"saga {saga!r}: approval for request {rid} was recorded for sha256 "
-            f"{approved_sha[:12]}…, but the input now hashes to {input_sha256[:12]}…; "
-            "approve the new input or reject"
+            f"{approved_sha[:12]}…, but the request holds {request.input_sha256[:12]}…; "
+            "approve the request's input or reject it"
         )
     return approval
+
+
+def _journaled_expiry(awaiting: JournalEntry) -> datetime.datetime | str | None:
+    """The expiry the AWAITING_APPROVAL entry recorded (compared as a time, not as text)."""
+    value = _payload(awaiting).get("expires_at")
+    if value is None:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return "unreadable"  # matches no stored expiry: refused
 
 
 def _payload(entry: JournalEntry) -> dict[str, Any]:

@@ -8,12 +8,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from sagacity._sqlite import connect
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import JournalError
 from sagacity.journal import canonical_bytes
+from sagacity.journal._canonical import decode_canonical
 
 __all__ = ["SqliteApprovalStore"]
 
@@ -114,7 +113,7 @@ def _request_from_row(row: tuple[Any, ...]) -> ApprovalRequest:
         seq=row[2],
         call_id=row[3],
         tool_name=row[4],
-        input=orjson.loads(row[5]),
+        input=decode_canonical(row[5]),  # type: ignore[arg-type]  # stored from a dict
         input_sha256=row[6],
         reason=row[7],
         requested_at=datetime.datetime.fromisoformat(row[8]),

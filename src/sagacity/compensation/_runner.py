@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable
@@ -70,7 +72,7 @@ class CompensationRunner:
                 try:
                     outcome = compensation.call(_context(history.saga_id, executed, intent))
                     if inspect.isawaitable(outcome):
-                        asyncio.run(_await(outcome))
+                        _run_to_completion(outcome)
                 except Exception as exc:
                     error = _describe(exc)
             self._record(history, executed, error)
@@ -118,7 +120,7 @@ class CompensationRunner:
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
             intent = call.intent
             if call.in_doubt:
-                in_doubt.append(_ref(call.outcome or intent, _unknown_reason(call.outcome)))
+                in_doubt.append(_ref(intent, _unknown_reason(call.outcome)))
                 continue
             if not call.executed or call.compensated:
                 continue
@@ -154,6 +156,26 @@ async def _await(awaitable: Awaitable[Any]) -> None:
     await awaitable
 
 
+def _run_to_completion(awaitable: Awaitable[Any]) -> None:
+    """Run an async compensation from the sync walk, even if a loop runs in this thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        # A private loop, never made the thread's current one: asyncio.run() would unset
+        # a loop the caller keeps for reuse (PydanticAI's run_sync does).
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(_await(awaitable))
+        finally:
+            loop.close()
+        return
+    # asyncio.run() refuses to nest in a running loop: give the coroutine a loop of its
+    # own on another thread, and wait for it (the sync walk blocks either way).
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(context.run, asyncio.run, _await(awaitable)).result()
+
+
 def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> CompensationContext:
     raw_input = _payload(intent).get("input")
     return CompensationContext(
@@ -181,7 +203,10 @@ def _ref(entry: JournalEntry, error: Any = None) -> CallRef:
 def _unknown_reason(outcome: JournalEntry | None) -> str:
     if outcome is None:
         return "INTENT with no outcome: the process may have stopped during the call"
-    return f"outcome unknown: {_payload(outcome).get('error')}"
+    error = _payload(outcome).get("error")
+    if isinstance(error, dict):
+        return f"outcome unknown: {error.get('type')}: {error.get('message')}"
+    return "outcome unknown"
 
 
 def _not_registered(executed: JournalEntry) -> str:

@@ -1,0 +1,378 @@
+"""Scenario 1 and the hot path: PydanticAI swallows a failure, the saga still compensates."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from typing import Any
+
+import pytest
+from pydantic_ai import DeferredToolRequests, FunctionToolset, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import ToolDefinition
+
+from sagacity import (
+    CurrentCall,
+    FailureKind,
+    NoSagaError,
+    Sagacity,
+    SagaOutcome,
+    compensable,
+    verify,
+)
+from sagacity.integrations.pydantic_ai import classify_exception, saga_toolset
+from tests.integrations.pydantic_ai._agents import (
+    OrderTools,
+    ScriptedModel,
+    agent_with,
+    call,
+    journal_of,
+)
+
+ORDER = [
+    [call("reserve_inventory", "call-1", sku="SKU-1", qty=2)],
+    [call("charge_card", "call-2", amount_cents=1999)],
+    [call("ship_order", "call-3", address="1 Main St")],
+    "Done: your order is on its way.",
+]
+"""The scripted model: three tools, the third fails, then it claims success."""
+
+JOURNAL = [
+    ("INTENT", "reserve_inventory", "call-1"),
+    ("EXECUTED", "reserve_inventory", "call-1"),
+    ("INTENT", "charge_card", "call-2"),
+    ("EXECUTED", "charge_card", "call-2"),
+    ("INTENT", "ship_order", "call-3"),
+    ("FAILED", "ship_order", "call-3"),
+    ("COMPENSATED", "charge_card", "call-2"),
+    ("COMPENSATED", "reserve_inventory", "call-1"),
+    ("ENDED", None, None),
+]
+UNDONE = [("refund_card", "ch-1999"), ("release_inventory", "res-SKU-1-2")]
+
+
+@dataclasses.dataclass
+class RecoverToolErrors(AbstractCapability[Any]):
+    """A capability that turns any tool error into a result the model reads as success."""
+
+    async def on_tool_execute_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        error: Exception,
+    ) -> Any:
+        return f"could not do it: {error}"
+
+
+SWALLOWING = {
+    "ToolFailed": (ToolFailed("the carrier is not answering"), [], "failed"),
+    "on_tool_execute_error": (RuntimeError("carrier down"), [RecoverToolErrors()], "success"),
+}
+"""PydanticAI's two ways of handing a tool's failure to the model: (error, capabilities,
+the outcome the model is shown)."""
+
+
+class TestSwallowedFailure:
+    @pytest.mark.parametrize("config", SWALLOWING.keys())
+    async def test_swallowed_failure_compensates_in_reverse_order(
+        self, sagacity: Sagacity, config: str
+    ) -> None:
+        """A swallowed failure still ends the saga COMPENSATED, in reverse order.
+
+        The third tool fails, PydanticAI tells the model, the model says done; the charge is
+        refunded, then the stock released.
+        """
+        error, capabilities, shown = SWALLOWING[config]
+        shop = OrderTools(ship_error=error)
+        model = ScriptedModel(*ORDER)
+        agent = agent_with(model, saga_toolset(sagacity, shop), capabilities=capabilities)
+
+        result = await sagacity.asaga("order-1", lambda: agent.run("Ship two SKU-1."))
+
+        assert result.value.output == "Done: your order is on its way."
+        assert result.error is None  # swallowed: only the journal knows
+        assert [outcome for _, outcome, _ in model.tool_returns()] == ["success", "success", shown]
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert journal_of(sagacity, "order-1") == JOURNAL
+        assert shop.undone == UNDONE
+        failed = sagacity.history("order-1")[5].payload
+        assert failed["kind"] == "failure"
+        assert failed["error"]["type"] == type(error).__name__
+        assert verify(sagacity.journal, "order-1").ok
+
+    def test_swallowed_failure_under_run_sync_compensates(self, sagacity: Sagacity) -> None:
+        """`agent.run_sync` inside `Sagacity.saga` compensates the same way.
+
+        The saga reaches the tools through PydanticAI's own event loop, and the async refund
+        runs too.
+        """
+        shop = OrderTools()
+        agent = agent_with(ScriptedModel(*ORDER), saga_toolset(sagacity, shop))
+        loops: list[asyncio.AbstractEventLoop] = []
+
+        def work() -> Any:
+            output = agent.run_sync("Ship two SKU-1.")
+            loops.append(asyncio.get_event_loop())  # the loop run_sync keeps for reuse
+            return output
+
+        result = sagacity.saga("order-2", work)
+        # The walk runs the async refund with asyncio.run, which unsets the thread's loop
+        # when it ends: close run_sync's loop here rather than leave it to the collector.
+        loops[0].close()
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert journal_of(sagacity, "order-2") == JOURNAL
+        assert shop.undone == UNDONE
+
+    async def test_uncaught_failure_escapes_the_run_and_compensates(
+        self, sagacity: Sagacity
+    ) -> None:
+        """An exception PydanticAI does not swallow is reported and compensated.
+
+        The run raises it; the saga reports it and compensates.
+        """
+        shop = OrderTools(ship_error=RuntimeError("carrier down"))
+        agent = agent_with(ScriptedModel(*ORDER[:3]), saga_toolset(sagacity, shop))
+
+        result = await sagacity.asaga("order-3", lambda: agent.run("Ship two SKU-1."))
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert isinstance(result.error, RuntimeError)
+        assert str(result.error) == "carrier down"
+        assert shop.undone == UNDONE
+
+
+class TestCallIdsAndInput:
+    async def test_call_ids_and_context_reach_sync_and_async_tools(
+        self, sagacity: Sagacity
+    ) -> None:
+        """The journal's call ids are PydanticAI's tool_call_ids.
+
+        `current_call()` gives them inside the sync tool (a worker thread) and the async one
+        (a task).
+        """
+        shop = OrderTools()
+        agent = agent_with(ScriptedModel(*ORDER), saga_toolset(sagacity, shop))
+
+        await sagacity.asaga("order-4", lambda: agent.run("Ship two SKU-1."))
+
+        loop_thread = threading.get_ident()
+        assert shop.threads[0] != loop_thread  # the sync tool ran in a worker thread
+        assert shop.threads[1] == loop_thread  # the async one on the loop
+        assert shop.seen == [
+            CurrentCall("order-4", "call-1", "reserve_inventory"),
+            CurrentCall("order-4", "call-2", "charge_card"),
+            CurrentCall("order-4", "call-3", "ship_order"),
+        ]
+
+    async def test_input_is_the_validated_arguments_without_run_context(
+        self, sagacity: Sagacity
+    ) -> None:
+        """The journaled input is the validated arguments, without RunContext.
+
+        It is what the model sent, validated, with defaults applied; the RunContext PydanticAI
+        passes to `ship_order` is left out.
+        """
+        model = ScriptedModel(
+            [call("reserve_inventory", "call-1", sku="SKU-9")],
+            [call("charge_card", "call-2", amount_cents="250")],
+            [call("ship_order", "call-3", address="1 Main St")],
+            "done",
+        )
+        agent = agent_with(model, saga_toolset(sagacity, OrderTools()))
+
+        await sagacity.asaga("order-5", lambda: agent.run("go"))
+
+        intents = [e.payload for e in sagacity.history("order-5") if e.phase.name == "INTENT"]
+        assert [intent["input"] for intent in intents] == [
+            {"sku": "SKU-9", "qty": 1},
+            {"amount_cents": 250},
+            {"address": "1 Main St"},
+        ]
+        assert {intent["reversibility"] for intent in intents} == {"COMPENSATABLE"}
+
+    async def test_results_reach_the_model_as_the_tool_returned_them(
+        self, sagacity: Sagacity
+    ) -> None:
+        """What the model is given is the unwrapped tool's return value."""
+        model = ScriptedModel(ORDER[0], ORDER[1], "done")
+        agent = agent_with(model, saga_toolset(sagacity, OrderTools()))
+
+        await sagacity.asaga("order-6", lambda: agent.run("go"))
+
+        assert model.tool_returns() == [
+            ("call-1", "success", "res-SKU-1-2"),
+            ("call-2", "success", "ch-1999"),
+        ]
+
+
+class TestFrameworkExceptions:
+    async def test_model_retry_is_retryable_and_the_retry_has_a_new_call_id(
+        self, sagacity: Sagacity
+    ) -> None:
+        """ModelRetry is retryable, and the retry has a new call id.
+
+        It journals FAILED `retryable` without failing the saga; the model's retry is a new call
+        with a new id, and the saga completes.
+        """
+        attempts: list[str] = []
+
+        def book_room(room: str) -> str:
+            """Book a room."""
+            attempts.append(room)
+            if len(attempts) == 1:
+                raise ModelRetry("room 7 is being cleaned, ask again")
+            return f"booking-{room}"
+
+        book_room = compensable(by=lambda: None)(book_room)
+        model = ScriptedModel(
+            [call("book_room", "call-1", room="7")],
+            [call("book_room", "call-2", room="7")],
+            "Booked.",
+        )
+        agent = agent_with(model, saga_toolset(sagacity, book_room))
+
+        result = await sagacity.asaga("hotel-1", lambda: agent.run("book 7"))
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert [outcome for _, outcome, _ in model.tool_returns()] == ["retried", "success"]
+        assert journal_of(sagacity, "hotel-1") == [
+            ("INTENT", "book_room", "call-1"),
+            ("FAILED", "book_room", "call-1"),
+            ("INTENT", "book_room", "call-2"),
+            ("EXECUTED", "book_room", "call-2"),
+            ("ENDED", None, None),
+        ]
+        assert sagacity.history("hotel-1")[1].payload["kind"] == "retryable"
+
+    async def test_timed_out_tool_is_in_doubt_not_retryable(self, sagacity: Sagacity) -> None:
+        """A tool that timed out is in doubt, not retryable.
+
+        PydanticAI reports it as a ModelRetry, but the tool may have acted: the call is in doubt
+        (never compensated) and the saga fails.
+        """
+        shop = OrderTools()
+
+        @compensable(by=lambda: shop.undone.append(("unlock", None)))
+        async def unlock_door(door: str) -> str:
+            """Unlock a door."""
+            await asyncio.Event().wait()  # never answers
+            return "unlocked"
+
+        model = ScriptedModel(ORDER[0], [call("unlock_door", "call-2", door="front")], "done")
+        agent = agent_with(
+            model, saga_toolset(sagacity, shop), saga_toolset(sagacity, unlock_door, timeout=0.05)
+        )
+
+        result = await sagacity.asaga("door-1", lambda: agent.run("go"))
+
+        assert model.tool_returns()[1] == ("call-2", "retried", "Timed out after 0.05 seconds.")
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert journal_of(sagacity, "door-1")[2:4] == [
+            ("INTENT", "unlock_door", "call-2"),
+            ("FAILED", "unlock_door", "call-2"),
+        ]
+        assert sagacity.history("door-1")[3].payload["kind"] == "outcome_unknown"
+        assert result.compensation is not None
+        assert [ref.call_id for ref in result.compensation.in_doubt] == ["call-2"]
+        assert shop.undone == [("release_inventory", "res-SKU-1-2")]
+
+    async def test_call_deferred_passes_through_without_failing_the_saga(
+        self, sagacity: Sagacity
+    ) -> None:
+        """CallDeferred passes through without failing the saga.
+
+        A tool that defers itself is control flow: the run ends with DeferredToolRequests, and
+        the call is journaled neither executed nor in doubt.
+        """
+
+        @compensable(by=lambda: None)
+        def print_label(order: str) -> str:
+            """Print a shipping label on the warehouse printer."""
+            raise CallDeferred(metadata={"printer": "dock-2"})
+
+        model = ScriptedModel([call("print_label", "call-1", order="o-1")])
+        agent = agent_with(model, saga_toolset(sagacity, print_label), deferred=True)
+
+        result = await sagacity.asaga("label-1", lambda: agent.run("print"))
+
+        output = result.value.output
+        assert isinstance(output, DeferredToolRequests)
+        assert [c.tool_call_id for c in output.calls] == ["call-1"]
+        assert output.metadata == {"call-1": {"printer": "dock-2"}}
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert sagacity.history("label-1")[1].payload["kind"] == "control_flow"
+
+    def test_classifier_values(self) -> None:
+        """The classifier sagacity is taught: control flow, retry, timeout; else no say."""
+        try:
+            raise TimeoutError
+        except TimeoutError:
+            try:
+                raise ModelRetry("Timed out after 1 seconds.") from None
+            except ModelRetry as retry:
+                timed_out = retry
+        assert classify_exception(CallDeferred()) is FailureKind.CONTROL_FLOW
+        assert classify_exception(ApprovalRequired()) is FailureKind.CONTROL_FLOW
+        assert classify_exception(ModelRetry("again")) is FailureKind.RETRYABLE
+        assert classify_exception(timed_out) is FailureKind.OUTCOME_UNKNOWN
+        assert classify_exception(ToolFailed("no")) is None
+        assert classify_exception(RuntimeError("no")) is None
+
+
+class TestOutsideASaga:
+    async def test_tools_run_unjournaled_outside_a_saga(self, sagacity: Sagacity) -> None:
+        """Without a saga the toolset is the plain toolset: tools run, nothing is journaled."""
+        shop = OrderTools()
+        model = ScriptedModel(ORDER[0], "done")
+        agent = agent_with(model, saga_toolset(sagacity, shop))
+
+        result = await agent.run("go")
+
+        assert result.output == "done"
+        assert shop.calls == [("reserve_inventory", {"sku": "SKU-1", "qty": 2})]
+        assert shop.seen == [None]
+        assert sagacity.journal.list_sagas() == []
+
+    async def test_irreversible_tool_refuses_outside_a_saga(self, sagacity: Sagacity) -> None:
+        """An IRREVERSIBLE tool called with no saga open raises NoSagaError and does not run."""
+        shop = OrderTools()
+        model = ScriptedModel([call("send_wire", "call-1", amount="10", to="bob")])
+        agent = agent_with(model, saga_toolset(sagacity, shop))
+
+        with pytest.raises(NoSagaError, match="send_wire"):
+            await agent.run("go")
+        assert shop.calls == []
+
+
+class TestOtherToolsets:
+    async def test_toolset_of_functions_keeps_working_beside_the_saga_toolset(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A plain FunctionToolset beside `saga_toolset` is left alone.
+
+        Its calls are not journaled; put it under `SagaCapability` to journal them.
+        """
+
+        def lookup_stock(sku: str) -> int:
+            """How many are in stock."""
+            return 5
+
+        model = ScriptedModel([call("lookup_stock", "call-1", sku="A")], ORDER[0], "done")
+        agent = agent_with(
+            model, FunctionToolset([lookup_stock]), saga_toolset(sagacity, OrderTools())
+        )
+
+        await sagacity.asaga("mixed-1", lambda: agent.run("go"))
+
+        assert [tool for _, tool, _ in journal_of(sagacity, "mixed-1")] == [
+            "reserve_inventory",
+            "reserve_inventory",
+            None,
+        ]
