@@ -189,6 +189,36 @@ class TestSagaStates:
         with pytest.raises(SagaStateError, match="waiting for approval"):
             sagacity.saga("wire-1", order_then_wire(tools))
 
+    def test_a_saga_with_a_failed_call_is_compensated_when_resumed(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A saga whose journal holds a failed call (requests spanning processes) is
+        compensated when resumed; its approved IRREVERSIBLE call does not run."""
+        shop = Shop(ship_fails=True)
+        tools = tools_of(sagacity, shop)
+
+        def first_request() -> None:
+            tools["reserve_inventory"]("SKU-1")
+            tools["send_wire_transfer"]("10", "bob")
+
+        assert sagacity.saga("s", first_request).outcome is SagaOutcome.AWAITING_APPROVAL
+        # A later request of the same saga (as over MCP) records a failure of its own.
+        intent = sagacity.journal.append(
+            "s", Phase.INTENT, tool_name="ship", call_id="ship#9",
+            payload={"input": {"order_id": "o-1"}, "reversibility": "COMPENSATABLE"},
+        )  # fmt: skip
+        sagacity.journal.append(
+            "s", Phase.FAILED, tool_name="ship", call_id="ship#9", ref_seq=intent.seq,
+            payload={"kind": "failure", "error": {"type": "RuntimeError", "message": "x"}},
+        )  # fmt: skip
+        sagacity.approve("s", approver="alice")
+        result = sagacity.resume_saga("s")
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert shop.calls["send_wire_transfer"] == 0
+        assert isinstance(result.error, SagaStateError)
+        assert "IRREVERSIBLE tool 'send_wire_transfer' is not run" in str(result.error)
+        assert [ref.tool_name for ref in result.compensation.compensated] == ["reserve_inventory"]
+
     def test_nested_saga_raises(self) -> None:
         """Opening a saga inside another raises NestedSagaError; the outer one goes on."""
         sagacity = memory_sagacity()

@@ -636,11 +636,37 @@ class TestClassification:
 
         result = backend.saga("s", work)
         assert caught == [pause]
-        assert result.outcome is SagaOutcome.COMPLETED
+        assert result.outcome is SagaOutcome.SUSPENDED
         assert backend.history("s")[1].payload == {
             "kind": "control_flow",
             "error": {"type": "Pause", "message": "interrupt"},
         }
+        assert [e.phase for e in backend.history("s")] == [Phase.INTENT, Phase.FAILED]
+
+    def test_a_paused_call_that_runs_again_completes_the_saga(self, backend: Sagacity) -> None:
+        """A saga SUSPENDED by a framework pause stays open; resumed, the call runs and it ends."""
+        probe = Probe()
+        tool = tools_of(backend, probe)["probe"]
+        probe.error = Pause("interrupt")
+
+        def work() -> str:
+            try:
+                return str(tool("a"))
+            except Pause:
+                return "paused"
+
+        assert backend.saga("s", work).outcome is SagaOutcome.SUSPENDED
+        probe.error = None
+        resumed = backend.resume_saga("s", work)
+        assert resumed.outcome is SagaOutcome.COMPLETED
+        assert resumed.value == "probed-a"
+        assert [e.phase for e in backend.history("s")] == [
+            Phase.INTENT,
+            Phase.FAILED,
+            Phase.INTENT,
+            Phase.EXECUTED,
+            Phase.ENDED,
+        ]
 
     def test_the_first_classifier_that_answers_wins(self) -> None:
         """Classifiers are asked in order; None defers to the next, then to the default."""

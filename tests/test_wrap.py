@@ -184,8 +184,25 @@ class TestWrapValidation:
         """A later wrap may not reuse a name that an earlier wrap gave another tool."""
         sagacity = memory_sagacity()
         sagacity.wrap(Shop())
-        with pytest.raises(ConfigurationError, match="two tools are named"):
-            sagacity.wrap(Shop())
+
+        class OtherShop:
+            @compensable(by="undo")
+            def reserve_inventory(self, sku: str, qty: int) -> str:
+                return "other"
+
+            def undo(self) -> None: ...
+
+        with pytest.raises(ConfigurationError, match="two tools are named 'reserve_inventory'"):
+            sagacity.wrap(OtherShop())
+
+    def test_another_instance_of_the_same_class_replaces_the_tool(self) -> None:
+        """Wrapping a second instance (objects built per request) replaces the first's tools."""
+        sagacity = memory_sagacity()
+        first, second = Shop(), Shop()
+        sagacity.wrap(first)
+        tools = {tool.name: tool for tool in sagacity.wrap(second)}
+        assert sagacity.tool("reserve_inventory") is tools["reserve_inventory"]
+        assert getattr(tools["reserve_inventory"].func, "__self__", None) is second
 
     def test_name_override_collision(self) -> None:
         """`compensable(name=...)` takes part in the one-name-one-tool rule."""

@@ -102,6 +102,15 @@ class SagaHistory:
         value = _payload(self.ended).get("outcome")
         return value if isinstance(value, str) else None
 
+    def has_failed_call(self) -> bool:
+        """True when a call's latest outcome fails the saga (a failure or an unknown one)."""
+        return any(
+            call.outcome is not None
+            and call.outcome.phase is Phase.FAILED
+            and _payload(call.outcome).get("kind") in ("failure", OUTCOME_UNKNOWN)
+            for call in self.latest_call.values()
+        )
+
     def rejected(self, awaiting_seq: int) -> JournalEntry | None:
         return next(
             (d for d in self.decisions.get(awaiting_seq, ()) if d.phase is Phase.REJECTED), None

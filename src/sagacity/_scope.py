@@ -46,6 +46,8 @@ class SagaScope:
         self.refusal: SagacityError | None = None
         """A check refused a call before it ran (an approval check, a replay that is in
         doubt or does not match); raised when the work returns, even if it was caught."""
+        self.suspended: set[str] = set()
+        """Calls the framework paused (a control-flow exit) that have not run again since."""
         self.awaiting: list[ApprovalRequest] = []
         """Requests this scope made."""
         self._counters: dict[str, int] = {}

@@ -49,6 +49,9 @@ class SagaOutcome(enum.Enum):
     """A call failed and at least one compensation raised: the report says what is dirty."""
     AWAITING_APPROVAL = "AWAITING_APPROVAL"
     """An IRREVERSIBLE call waits for a human; the saga is open until it is resumed."""
+    SUSPENDED = "SUSPENDED"
+    """The framework paused a call (its own control flow, such as a LangGraph
+    `interrupt()` in a tool): the saga stays open; `resume_saga(saga_id, work)` goes on."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -145,7 +148,11 @@ class Sagacity:
         found = collect_tools(sources)
         for declared in found:
             existing = self._tools.get(declared.name)
-            if existing is not None and existing.func != declared.func:
+            # Wrapping another instance of the same class replaces the tool (and its
+            # compensation): objects built per request are a common pattern.
+            if existing is not None and _function_of(existing.func) is not _function_of(
+                declared.func
+            ):
                 raise ConfigurationError(
                     f"two tools are named {declared.name!r} ({existing.func.__qualname__} and "
                     f"{declared.func.__qualname__}); give one another name with "
@@ -255,7 +262,7 @@ class Sagacity:
             }
             phase = Phase.EXECUTED
         else:
-            payload = {"kind": FailureKind.FAILURE.value, "error": None, "resolved_by": by}
+            payload = {"kind": "not_run", "error": None, "resolved_by": by}
             phase = Phase.FAILED
         return self.journal.append(
             saga_id,
@@ -483,7 +490,11 @@ class Sagacity:
                 f"saga {saga_id!r} is waiting for approval; approve or reject it, then call "
                 "resume_saga"
             )
-        return SagaScope(self, saga_id, history)
+        scope = SagaScope(self, saga_id, history)
+        # A call that failed in an earlier run still fails the saga: resuming it must end
+        # in compensation, never in COMPLETED with the earlier effects left live.
+        scope.failed = history.has_failed_call()
+        return scope
 
     @staticmethod
     def _run_sync(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
@@ -548,6 +559,8 @@ class Sagacity:
                 value=value,
                 pending=pending,
             )
+        if scope.suspended:
+            return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
         self._end(scope.history, SagaOutcome.COMPLETED)
         return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
 
@@ -645,6 +658,11 @@ def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> Sag
         return asyncio.run(coroutine)
     coroutine.close()
     raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
+
+
+def _function_of(func: Callable[..., Any]) -> Any:
+    """The function under a bound method, so two instances' methods compare equal."""
+    return getattr(func, "__func__", func)
 
 
 def _newest_first(entries: Iterable[JournalEntry]) -> list[JournalEntry]:

@@ -27,6 +27,7 @@ from sagacity.errors import (
     JournalError,
     NoSagaError,
     ReplayMismatchError,
+    SagaStateError,
     SerializationError,
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
@@ -164,7 +165,12 @@ class SagaTool:
         This dict is what is journaled, hashed for approval and handed to compensations.
         """
         arguments = self._bind_plain(args, kwargs)
-        if arguments is None:
+        if arguments is not None:
+            try:  # plain parameters: nothing to flatten, and no location to format ahead
+                return {n: to_json(v) for n, v in arguments.items() if n not in self.excluded}
+            except SerializationError:
+                pass  # convert again below, to name the argument in the error
+        else:
             bound = self.signature.bind(*args, **kwargs)
             bound.apply_defaults()
             arguments = bound.arguments
@@ -384,6 +390,11 @@ class _Call:
                 "reversibility": tool.reversibility.value,
             }
             if tool.reversibility is Reversibility.IRREVERSIBLE:
+                if scope.failed:
+                    raise SagaStateError(
+                        f"saga {scope.saga_id!r}: a call has failed, so the saga will be "
+                        f"compensated; IRREVERSIBLE tool {tool.name!r} is not run"
+                    )
                 try:
                     self.request = self._approved_request()
                 except ApprovalError as refusal:
@@ -567,6 +578,7 @@ class _Call:
             # swallows the error.
             self.scope.failed = True
             raise
+        self.scope.suspended.discard(self.call_id)  # ran again after a pause: not paused now
         self._consume_request()
 
     def failed(self, error: BaseException) -> None:
@@ -574,6 +586,10 @@ class _Call:
         kind = self.scope.owner.classify(error)
         if kind in (FailureKind.FAILURE, FailureKind.OUTCOME_UNKNOWN):
             self.scope.failed = True
+        if kind is FailureKind.CONTROL_FLOW:
+            self.scope.suspended.add(self.call_id)  # the framework paused mid-call
+        else:
+            self.scope.suspended.discard(self.call_id)
         assert self.intent is not None
         try:
             self.scope.append(

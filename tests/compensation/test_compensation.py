@@ -433,7 +433,7 @@ class TestResolve:
         gateway = self._timed_out(sagacity)
         entry = sagacity.resolve("s", "authorize#1", executed=False, by="ops")
         assert entry.phase is Phase.FAILED
-        assert entry.payload == {"kind": "failure", "error": None, "resolved_by": "ops"}
+        assert entry.payload == {"kind": "not_run", "error": None, "resolved_by": "ops"}
         result = sagacity.compensate("s")
         assert result.compensation == CompensationReport(
             saga_id="s", compensated=[], failed=[], skipped=[], in_doubt=[]

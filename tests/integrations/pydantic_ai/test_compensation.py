@@ -286,10 +286,11 @@ class TestFrameworkExceptions:
     async def test_call_deferred_passes_through_without_failing_the_saga(
         self, sagacity: Sagacity
     ) -> None:
-        """CallDeferred passes through without failing the saga.
+        """CallDeferred passes through without failing the saga, which stays open.
 
-        A tool that defers itself is control flow: the run ends with DeferredToolRequests, and
-        the call is journaled neither executed nor in doubt.
+        A tool that defers itself is control flow: the run ends with DeferredToolRequests, the
+        call is journaled neither executed nor in doubt, and the saga is SUSPENDED so that
+        the run can be resumed with the deferred results.
         """
 
         @compensable(by=lambda: None)
@@ -306,7 +307,7 @@ class TestFrameworkExceptions:
         assert isinstance(output, DeferredToolRequests)
         assert [c.tool_call_id for c in output.calls] == ["call-1"]
         assert output.metadata == {"call-1": {"printer": "dock-2"}}
-        assert result.outcome is SagaOutcome.COMPLETED
+        assert result.outcome is SagaOutcome.SUSPENDED
         assert sagacity.history("label-1")[1].payload["kind"] == "control_flow"
 
     def test_classifier_values(self) -> None:

@@ -1,0 +1,89 @@
+"""LangGraph's control flow: its exceptions pass through, and approvals pause the graph."""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
+
+from sagacity.approval import ApprovalRequest
+from sagacity.errors import ApprovalError
+from sagacity.journal import JsonValue
+from sagacity.tools import FailureKind
+
+__all__ = [
+    "APPROVAL_INTERRUPT",
+    "can_interrupt",
+    "classify_langgraph_error",
+    "interrupt_value",
+    "pause_graph",
+]
+
+APPROVAL_INTERRUPT = "sagacity.approval"
+"""The `kind` in the value of every interrupt sagacity raises to wait for an approval."""
+
+
+def classify_langgraph_error(error: BaseException) -> FailureKind | None:
+    """Classify LangGraph's `GraphBubbleUp` as control flow, and nothing else.
+
+    An `interrupt()`, a `Command(graph=PARENT)` or a drain request raised inside a tool
+    passes through the journal without failing the saga.
+    """
+    return FailureKind.CONTROL_FLOW if isinstance(error, GraphBubbleUp) else None
+
+
+def can_interrupt() -> bool:
+    """Tell whether this call runs in a LangGraph node whose graph has a checkpointer.
+
+    Only there can `interrupt()` pause the run and `Command(resume=...)` resume it. A
+    graph run puts its checkpointer in the config of every node it runs; a tool invoked
+    outside a graph, or in a graph compiled without one, finds none.
+    """
+    config = var_child_runnable_config.get()
+    if config is None:
+        return False
+    configurable = config.get("configurable") or {}
+    return configurable.get(CONFIG_KEY_CHECKPOINTER) is not None
+
+
+def interrupt_value(
+    request: ApprovalRequest | None,
+    *,
+    saga_id: str,
+    tool_name: str,
+    call_id: str | None,
+    refused: ApprovalError | None = None,
+) -> dict[str, JsonValue]:
+    """The value of the interrupt that waits for `request`: what the approver must see.
+
+    `refused` says why an earlier resume was refused; the request is None when none is
+    stored any more (it was rejected, or the saga ended).
+    """
+    return {
+        "kind": APPROVAL_INTERRUPT,
+        "saga_id": saga_id,
+        "tool_name": tool_name,
+        "call_id": call_id if request is None else request.call_id,
+        "request_id": None if request is None else request.request_id,
+        "input": None if request is None else request.input,
+        "input_sha256": None if request is None else request.input_sha256,
+        "reason": None if request is None else request.reason,
+        "expires_at": None
+        if request is None or request.expires_at is None
+        else request.expires_at.isoformat(),
+        "refused": None if refused is None else f"{type(refused).__name__}: {refused}",
+    }
+
+
+def pause_graph(value: dict[str, JsonValue]) -> NoReturn:
+    """Pause the graph with an interrupt carrying `value`.
+
+    In a node that was resumed, `interrupt()` first hands back the resume values given
+    for this task's earlier interrupts, one per call. sagacity never takes such a value
+    for an approval (its own check decides), so it asks again until LangGraph pauses.
+    """
+    while True:
+        interrupt(value)

@@ -1,0 +1,205 @@
+"""Wrapped tools as LangChain `StructuredTool`s: journaled below LangChain's error handling."""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.tools import BaseTool, StructuredTool
+from langchain_core.utils.pydantic import get_fields
+from pydantic import Field, SkipValidation
+
+from sagacity._scope import current_scope
+from sagacity.approval import ApprovalRequest
+from sagacity.errors import ApprovalError
+from sagacity.integrations.langchain._graph import (
+    can_interrupt,
+    classify_langgraph_error,
+    interrupt_value,
+    pause_graph,
+)
+from sagacity.tools import SagaTool, awaiting_approval_message
+
+if TYPE_CHECKING:
+    from sagacity.saga import Sagacity
+
+__all__ = ["SagaStructuredTool", "as_langchain_tool", "langchain_tools"]
+
+_tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "sagacity_langchain_tool_call_id", default=None
+)
+"""The tool-call id of the call running in this context.
+
+LangChain hands `tool_call_id` to `BaseTool.run` / `arun` but never to `func`; `run` sets
+it here before LangChain copies the context that `func` runs in.
+"""
+
+
+class SagaStructuredTool(StructuredTool):
+    """A LangChain `StructuredTool` whose calls are journaled in the open saga.
+
+    Made by `langchain_tools`: everything the model sees is what
+    `StructuredTool.from_function` makes of the undecorated tool; `func` or `coroutine`
+    is the journaled call, and the framework's `tool_call_id` is its call id.
+    """
+
+    saga_tool: SkipValidation[SagaTool] = Field(exclude=True)
+    """The journaled tool that `func` / `coroutine` calls."""
+
+    def run(
+        self,
+        tool_input: str | dict[str, Any],
+        *args: Any,
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the tool as `BaseTool.run` does, journaling it under `tool_call_id`."""
+        token = _tool_call_id.set(tool_call_id)
+        try:
+            return super().run(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+    async def arun(
+        self,
+        tool_input: str | dict[str, Any],
+        *args: Any,
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the tool as `BaseTool.arun` does, journaling it under `tool_call_id`."""
+        token = _tool_call_id.set(tool_call_id)
+        try:
+            return await super().arun(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _tool_call_id.reset(token)
+
+
+def langchain_tools(sagacity: Sagacity, *sources: object, **options: Any) -> list[BaseTool]:
+    """Wrap `sources` (see `Sagacity.wrap`) as LangChain tools for agents and `ToolNode`.
+
+    Args:
+        sagacity: The Sagacity whose sagas journal the calls.
+        *sources: Objects with `compensable` methods, and `compensable` functions.
+        **options: Passed to `StructuredTool.from_function` for every tool
+            (`handle_tool_error`, `parse_docstring`, `return_direct`, `response_format`, …).
+
+    Returns:
+        One `SagaStructuredTool` per wrapped tool, in the order `wrap` returns them.
+    """
+    sagacity.add_classifier(classify_langgraph_error)
+    return [as_langchain_tool(tool, **options) for tool in sagacity.wrap(*sources)]
+
+
+def as_langchain_tool(tool: SagaTool, **options: Any) -> SagaStructuredTool:
+    """Turn one wrapped tool into a LangChain tool (see `langchain_tools`).
+
+    Register `classify_langgraph_error` with `Sagacity.add_classifier` when calling this
+    directly, so that an `interrupt()` inside the tool is not journaled as a failure.
+    """
+    original = tool.func
+    reference = StructuredTool.from_function(
+        func=None if tool.is_async else original,
+        coroutine=original if tool.is_async else None,
+        **{"name": tool.name, **options},
+    )
+    journaled = tool.excluding(*_injected_parameters(tool, reference))
+    fields = {name: getattr(reference, name) for name in reference.model_fields_set}
+    if journaled.is_async:
+        fields["coroutine"] = _async_call(journaled)
+    else:
+        fields["func"] = _sync_call(journaled)
+    return SagaStructuredTool(**fields, saga_tool=journaled)
+
+
+def _injected_parameters(tool: SagaTool, reference: StructuredTool) -> list[str]:
+    """The parameters the model does not fill: LangChain injects them (or config).
+
+    Only the model-visible arguments are journaled and hashed for approval: a
+    `ToolRuntime`, the injected state or the `RunnableConfig` differ from run to run.
+    """
+    schema = reference.tool_call_schema
+    visible = set(schema.get("properties", {}) if isinstance(schema, dict) else get_fields(schema))
+    return [
+        name
+        for name, parameter in tool.signature.parameters.items()
+        if name not in visible
+        and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+
+
+def _sync_call(tool: SagaTool) -> Callable[..., Any]:
+    pause = _approval_handler(tool)
+
+    @functools.wraps(tool.func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        call_id = _tool_call_id.get()
+        try:
+            return tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+        except ApprovalError as refusal:
+            _pause_refused(tool, call_id, refusal)
+            raise
+
+    return call
+
+
+def _async_call(tool: SagaTool) -> Callable[..., Any]:
+    pause = _approval_handler(tool)
+
+    @functools.wraps(tool.func)
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        call_id = _tool_call_id.get()
+        try:
+            return await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+        except ApprovalError as refusal:
+            _pause_refused(tool, call_id, refusal)
+            raise
+
+    return call
+
+
+def _approval_handler(tool: SagaTool) -> Callable[[ApprovalRequest], Any]:
+    def pause(request: ApprovalRequest) -> Any:
+        if not can_interrupt():
+            # Outside a checkpointed graph nothing can pause: tell the model instead.
+            return awaiting_approval_message(request)
+        return pause_graph(
+            interrupt_value(
+                request,
+                saga_id=request.saga_id,
+                tool_name=tool.name,
+                call_id=request.call_id,
+            )
+        )
+
+    return pause
+
+
+def _pause_refused(tool: SagaTool, call_id: str | None, refusal: ApprovalError) -> None:
+    """Pause the graph again after an approval check refused a resumed call.
+
+    Were the refusal raised, `ToolNode(handle_tool_errors=True)` would hand it to the
+    model and the graph would run past its interrupt. Paused instead, the graph waits
+    where it was, the saga raises the refusal when its work returns, and a proper
+    approval followed by another `Command(resume=...)` runs the call.
+    """
+    scope = current_scope()
+    if scope is None or not can_interrupt():
+        return
+    stored = [
+        request
+        for request in scope.owner.pending(scope.saga_id)
+        if request.call_id == call_id and request.tool_name == tool.name
+    ]
+    pause_graph(
+        interrupt_value(
+            stored[-1] if stored else None,
+            saga_id=scope.saga_id,
+            tool_name=tool.name,
+            call_id=call_id,
+            refused=refusal,
+        )
+    )

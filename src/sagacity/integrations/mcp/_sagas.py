@@ -1,0 +1,313 @@
+"""Sagas that span many MCP requests: the scope a call runs in, its call id, the end.
+
+The saga stays open in the journal between requests; `end_saga` (or the `sagacity/end`
+request) closes it. While calls of a saga are running in this process they share one
+`SagaScope`, so that appends and call ids are serialized; between calls nothing is kept
+in memory and everything is re-read from the journal, which makes a restart, or another
+server process, see the same saga.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import re
+import threading
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
+
+from sagacity._history import SagaHistory
+from sagacity._scope import SagaScope, _scope
+from sagacity.annotations import Reversibility
+from sagacity.approval import ApprovalRequest
+from sagacity.errors import SagacityError, SagaNotFoundError, SagaStateError
+from sagacity.integrations.mcp._wire import (
+    END_METHOD,
+    SAGA_ID_META,
+    EndSagaParams,
+    EndSagaResult,
+)
+from sagacity.journal import JsonValue, Phase, sha256_hex
+from sagacity.saga import Sagacity, SagaOutcome, SagaResult
+from sagacity.tools import FailureKind, SagaTool, awaiting_approval_message
+
+__all__ = [
+    "OpenSagas",
+    "ToolCall",
+    "current_tool_call",
+    "end_saga",
+    "handle_end_request",
+    "open_sagas",
+]
+
+
+async def end_saga(sagacity: Sagacity, saga_id: str) -> SagaResult:
+    """End a saga whose calls came over MCP, from the server's side.
+
+    Waits for the saga's calls still running in this process, then reads the journal:
+    a failed call (or one whose outcome is unknown) compensates the saga in reverse
+    order; an approval request still pending leaves it open with outcome
+    AWAITING_APPROVAL (approve and call again, or `Sagacity.reject`); otherwise it ends
+    COMPLETED. Ending a saga that has ended returns its recorded outcome.
+
+    Raises:
+        SagaNotFoundError: The journal has nothing for `saga_id`.
+        SagaStateError: The saga is being ended already.
+    """
+    return await open_sagas(sagacity).end(saga_id)
+
+
+# -- one tools/call -----------------------------------------------------------------------
+
+
+class ToolCall:
+    """One `tools/call` inside a saga: picks its call id and notes an approval wait."""
+
+    __slots__ = ("awaiting", "call_id", "saga")
+
+    def __init__(self, saga: _OpenSaga, call_id: str | None) -> None:
+        self.saga = saga
+        self.call_id = call_id
+        """The id the client sent in `_meta["sagacity/call_id"]`, if any."""
+        self.awaiting: ApprovalRequest | None = None
+        """Set when the call waits for approval instead of running."""
+
+    def call_id_for(self, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
+        """The call id this call is journaled under.
+
+        The client's `sagacity/call_id` when it sent one. Otherwise, for an IRREVERSIBLE
+        tool with a request still waiting in this saga, that request's call: sending the
+        approved input again runs it, other input is refused. Otherwise the next
+        `tool#n` of the saga, counted from the journal.
+        """
+        if self.call_id is not None:
+            return self.call_id
+        with self.saga.scope.lock:
+            if tool.reversibility is Reversibility.IRREVERSIBLE:
+                waiting = self.saga.waiting_call(tool.name, sha256_hex(tool.input_of(args, kwargs)))
+                if waiting is not None:
+                    return waiting
+            return self.saga.next_call_id(tool.name)
+
+    def refuse_if_failed(self, tool: SagaTool) -> None:
+        """Refuse an IRREVERSIBLE call in a saga that a failed call will compensate.
+
+        `Sagacity.saga` compensates a failed saga as soon as its work returns, so an
+        IRREVERSIBLE call after the failure never runs there. Over MCP the saga stays
+        open until it is ended; running the call now would leave an effect that nothing
+        undoes while the rest of the saga is undone.
+
+        Raises:
+            SagaStateError: The saga has a failed call and `tool` is IRREVERSIBLE.
+        """
+        if tool.reversibility is Reversibility.IRREVERSIBLE and self.saga.scope.failed:
+            saga_id = self.saga.scope.saga_id
+            raise SagaStateError(
+                f"saga {saga_id!r} has a failed call and will be compensated when it ends; "
+                f"IRREVERSIBLE tool {tool.name!r} is not run in it. End the saga "
+                f"({END_METHOD}) and start a new one"
+            )
+
+    def approval_needed(self, request: ApprovalRequest) -> str:
+        """The `on_approval_needed` handler: note the request, answer the waiting text."""
+        self.awaiting = request
+        return awaiting_approval_message(request)
+
+
+_tool_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "sagacity_mcp_tool_call", default=None
+)
+
+
+def current_tool_call() -> ToolCall | None:
+    """The saga-bound `tools/call` running in this context, if any."""
+    return _tool_call.get()
+
+
+class _OpenSaga:
+    """A saga with calls running in this process; dropped when the last one returns."""
+
+    __slots__ = ("counters", "idle", "running", "scope")
+
+    def __init__(self, scope: SagaScope) -> None:
+        self.scope = scope
+        self.counters: dict[str, int] = {}
+        self.running = 0
+        self.idle: asyncio.Event | None = None
+
+    def next_call_id(self, tool_name: str) -> str:
+        """`tool#n`, one past every id of that form in the journal or handed out here."""
+        pattern = re.compile(re.escape(tool_name) + r"#(\d+)")
+        journaled = [
+            int(match.group(1))
+            for entry in self.scope.history.entries
+            if entry.call_id and (match := pattern.fullmatch(entry.call_id))
+        ]
+        number = max([self.counters.get(tool_name, 0), *journaled]) + 1
+        self.counters[tool_name] = number
+        return f"{tool_name}#{number}"
+
+    def waiting_call(self, tool_name: str, input_sha256: str) -> str | None:
+        """The call id of an open approval request of this tool: same input first, then newest."""
+        waiting = [e for e in self.scope.history.open_requests() if e.tool_name == tool_name]
+        if not waiting:
+            return None
+        same = [e for e in waiting if _payload(e.payload).get("input_sha256") == input_sha256]
+        return (same or waiting)[-1].call_id
+
+
+class OpenSagas:
+    """The sagas of one `Sagacity` that MCP calls are running in, in this process."""
+
+    def __init__(self, sagacity: Sagacity) -> None:
+        self.sagacity = sagacity
+        self._lock = threading.Lock()
+        self._open: dict[str, _OpenSaga] = {}
+        self._ending: set[str] = set()
+
+    @contextlib.contextmanager
+    def tool_call(self, saga_id: str, call_id: str | None) -> Iterator[ToolCall]:
+        """Run the body as one call of saga `saga_id`: its scope is open, its calls journal.
+
+        Raises:
+            SagaStateError: The saga has ended, or is being ended.
+        """
+        saga = self._enter(saga_id)
+        call = ToolCall(saga, call_id)
+        scope_token = _scope.set(saga.scope)
+        call_token = _tool_call.set(call)
+        try:
+            yield call
+        finally:
+            _tool_call.reset(call_token)
+            _scope.reset(scope_token)
+            self._leave(saga_id, saga)
+
+    def _enter(self, saga_id: str) -> _OpenSaga:
+        with self._lock:
+            if saga_id in self._ending:
+                raise SagaStateError(
+                    f"saga {saga_id!r} is being ended; no call may join it. Start a new saga"
+                )
+            saga = self._open.get(saga_id)
+            if saga is None:
+                saga = _OpenSaga(SagaScope(self.sagacity, saga_id, SagaHistory(saga_id)))
+                self._open[saga_id] = saga
+            saga.running += 1
+        try:
+            # Approvals, other servers' calls and an ending may have been journaled
+            # elsewhere since the last call: the journal, not memory, says where it stands.
+            saga.scope.refresh()
+            ended = saga.scope.history.ended
+            if ended is not None:
+                raise SagaStateError(
+                    f"saga {saga_id!r} ended {saga.scope.history.outcome} at seq {ended.seq}; "
+                    "a saga id is used once: start a new saga"
+                )
+            if _failed(saga.scope.history, open_intents=False):
+                saga.scope.failed = True
+        except BaseException:
+            self._leave(saga_id, saga)
+            raise
+        return saga
+
+    def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
+        with self._lock:
+            saga.running -= 1
+            if saga.running == 0:
+                if self._open.get(saga_id) is saga:
+                    del self._open[saga_id]
+                if saga.idle is not None:
+                    saga.idle.set()
+
+    async def end(self, saga_id: str) -> SagaResult:
+        """End the saga: see `end_saga`."""
+        with self._lock:
+            if saga_id in self._ending:
+                raise SagaStateError(f"saga {saga_id!r} is being ended already")
+            self._ending.add(saga_id)
+            running = self._open.get(saga_id)
+            if running is not None and running.running:
+                running.idle = asyncio.Event()
+        try:
+            if running is not None and running.idle is not None:
+                await running.idle.wait()
+            return await self._end(saga_id)
+        finally:
+            with self._lock:
+                self._ending.discard(saga_id)
+
+    async def _end(self, saga_id: str) -> SagaResult:
+        history = SagaHistory.of(saga_id, self.sagacity.journal.entries(saga_id))
+        if not history.entries:
+            raise SagaNotFoundError(
+                f"saga {saga_id!r} has no journal entries: no journaled call carried it in "
+                f"_meta[{SAGA_ID_META!r}]"
+            )
+        if history.ended is not None:
+            return SagaResult(saga_id=saga_id, outcome=SagaOutcome(history.outcome))
+        if _failed(history, open_intents=True):
+            return await self.sagacity.acompensate(saga_id)
+        pending = self.sagacity.pending(saga_id)
+        if pending:
+            return SagaResult(
+                saga_id=saga_id, outcome=SagaOutcome.AWAITING_APPROVAL, pending=pending
+            )
+        return await self.sagacity.asaga(saga_id, _nothing)
+
+
+async def _nothing() -> None:
+    """The work of a saga ended over MCP: its calls ran in earlier requests."""
+
+
+def _failed(history: SagaHistory, *, open_intents: bool) -> bool:
+    """Whether a call failed, or may have: what makes `Sagacity.saga` compensate.
+
+    With `open_intents`, an INTENT without an outcome counts: nothing of the saga runs
+    now in this process, so it is in doubt. Without, it may be a call still running.
+    """
+    for call in history.calls.values():
+        if call.outcome is None:
+            if open_intents:
+                return True
+            continue
+        kind = _payload(call.outcome.payload).get("kind")
+        if call.outcome.phase is Phase.FAILED and kind in (
+            FailureKind.FAILURE.value,
+            FailureKind.OUTCOME_UNKNOWN.value,
+        ):
+            return True
+    return False
+
+
+def _payload(payload: JsonValue) -> dict[str, Any]:
+    return payload if isinstance(payload, dict) else {}
+
+
+_registry_lock = threading.Lock()
+_registry: weakref.WeakKeyDictionary[Sagacity, OpenSagas] = weakref.WeakKeyDictionary()
+
+
+def open_sagas(sagacity: Sagacity) -> OpenSagas:
+    """The one `OpenSagas` of `sagacity` in this process, shared by its servers and proxies."""
+    with _registry_lock:
+        found = _registry.get(sagacity)
+        if found is None:
+            found = _registry[sagacity] = OpenSagas(sagacity)
+        return found
+
+
+async def handle_end_request(sagacity: Sagacity, params: EndSagaParams) -> EndSagaResult:
+    """Serve a `sagacity/end` request: refusals become MCP errors naming the saga."""
+    try:
+        result = await end_saga(sagacity, params.saga_id)
+    except (SagaNotFoundError, SagaStateError) as error:
+        raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
+    except SagacityError as error:
+        raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
+    return EndSagaResult.of(result)

@@ -1,0 +1,233 @@
+"""What travels over MCP: the `_meta` keys, the `sagacity/end` request, tool results.
+
+A saga reaches an MCP server as request metadata: each `tools/call` names its saga in
+`_meta["sagacity/saga_id"]` and, optionally, its call in `_meta["sagacity/call_id"]`.
+A call that waits for approval answers the `[AWAITING_APPROVAL]` text with
+`_meta["sagacity/approval"]`; a `sagacity/end` request ends a saga.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, cast
+
+from mcp import Client
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
+from mcp.types import (
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    CallToolRequestParams,
+    CallToolResult,
+    Request,
+    RequestParams,
+    RequestParamsMeta,
+    Result,
+    TextContent,
+)
+from pydantic import Field
+
+from sagacity.approval import ApprovalRequest
+from sagacity.saga import SagaResult
+from sagacity.tools import FailureKind, awaiting_approval_message
+
+__all__ = [
+    "APPROVAL_META",
+    "CALL_ID_META",
+    "END_METHOD",
+    "EXTENSION_ID",
+    "SAGA_ID_META",
+    "EndSagaParams",
+    "EndSagaRequest",
+    "EndSagaResult",
+    "SagaOf",
+    "awaiting_result",
+    "call_id_from_meta",
+    "classify_mcp_error",
+    "error_result",
+    "request_end_saga",
+    "saga_from_meta",
+    "saga_meta",
+]
+
+SAGA_ID_META = "sagacity/saga_id"
+"""The `_meta` key of a `tools/call` that names the saga the call belongs to."""
+CALL_ID_META = "sagacity/call_id"
+"""The `_meta` key of a `tools/call` that names the call (a stable idempotency key)."""
+APPROVAL_META = "sagacity/approval"
+"""The `_meta` key of a result whose call waits for approval: request id, call id, hash."""
+END_METHOD = "sagacity/end"
+"""The request method that ends a saga: params `{"sagaId": ...}`."""
+EXTENSION_ID = "sagacity/saga"
+"""The extension identifier servers advertise under `capabilities.extensions`."""
+
+SagaOf = Callable[[ServerRequestContext[Any, Any], CallToolRequestParams], str | None]
+"""Returns the saga a `tools/call` belongs to, or None to run it outside any saga."""
+
+
+def saga_meta(saga_id: str, call_id: str | None = None) -> RequestParamsMeta:
+    """The `_meta` of a `tools/call` that joins saga `saga_id`, as call `call_id` if given.
+
+    `await client.call_tool("charge_card", {...}, meta=saga_meta("order-123", "toolu_01"))`
+    """
+    meta: dict[str, Any] = {SAGA_ID_META: saga_id}
+    if call_id is not None:
+        meta[CALL_ID_META] = call_id
+    return cast(RequestParamsMeta, meta)
+
+
+def saga_from_meta(
+    ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+) -> str | None:
+    """Read the saga id from the request's `_meta["sagacity/saga_id"]` (the default).
+
+    Raises:
+        ValueError: The key is present but not a non-empty string.
+    """
+    return _meta_string(params.meta, SAGA_ID_META)
+
+
+def call_id_from_meta(params: CallToolRequestParams) -> str | None:
+    """Read the call id from `_meta["sagacity/call_id"]`, if the client sent one."""
+    return _meta_string(params.meta, CALL_ID_META)
+
+
+def _meta_string(meta: Mapping[str, Any] | None, key: str) -> str | None:
+    if not meta or key not in meta:
+        return None
+    value = meta[key]
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"request _meta[{key!r}] must be a non-empty string, not {value!r}")
+    return value
+
+
+def classify_mcp_error(error: BaseException) -> FailureKind | None:
+    """Journal MCP's own exceptions by what they mean.
+
+    A URL elicitation request is MCP control flow (the client completes it and calls
+    again); a request that timed out or whose connection closed may have run upstream,
+    so its outcome is unknown.
+    """
+    if isinstance(error, UrlElicitationRequiredError):
+        return FailureKind.CONTROL_FLOW
+    if isinstance(error, MCPError) and error.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
+        return FailureKind.OUTCOME_UNKNOWN
+    return None
+
+
+class EndSagaParams(RequestParams):
+    """Params of a `sagacity/end` request."""
+
+    saga_id: str
+    """The saga to end (`sagaId` on the wire)."""
+
+
+class EndSagaRequest(Request[EndSagaParams, Literal["sagacity/end"]]):
+    """A `sagacity/end` request: end a saga that spans many tool calls."""
+
+    method: Literal["sagacity/end"] = "sagacity/end"
+    params: EndSagaParams
+
+
+class EndSagaResult(Result):
+    """How a saga ended, as answered to a `sagacity/end` request."""
+
+    saga_id: str
+    """The saga."""
+    outcome: str
+    """A `SagaOutcome` value: COMPLETED, COMPENSATED, COMPENSATION_FAILED or AWAITING_APPROVAL."""
+    compensated: list[str] = Field(default_factory=list)
+    """Call ids whose compensation ran, in the order they ran."""
+    compensation_failed: list[str] = Field(default_factory=list)
+    """Call ids whose compensation raised: still dirty."""
+    in_doubt: list[str] = Field(default_factory=list)
+    """Call ids whose outcome is unknown: never compensated, for a human to resolve."""
+    pending: list[str] = Field(default_factory=list)
+    """Approval request ids the saga still waits on (outcome AWAITING_APPROVAL)."""
+
+    @classmethod
+    def of(cls, result: SagaResult) -> EndSagaResult:
+        """Describe a `SagaResult` for the wire."""
+        report = result.compensation
+        return cls(
+            saga_id=result.saga_id,
+            outcome=result.outcome.value,
+            compensated=[ref.call_id for ref in report.compensated] if report else [],
+            compensation_failed=[ref.call_id for ref in report.failed] if report else [],
+            in_doubt=[ref.call_id for ref in report.in_doubt] if report else [],
+            pending=[request.request_id for request in result.pending],
+        )
+
+
+async def request_end_saga(client: Client, saga_id: str) -> EndSagaResult:
+    """Ask a sagacity MCP server or proxy to end a saga: the client side of `sagacity/end`.
+
+    Raises:
+        MCPError: The server refused (no such saga, or it is being ended already).
+    """
+    request = EndSagaRequest(params=EndSagaParams(saga_id=saga_id))
+    return await client.session.send_request(request, EndSagaResult)
+
+
+def error_result(message: str) -> CallToolResult:
+    """An `is_error` tool result carrying `message` (a refusal: nothing ran)."""
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def awaiting_result(
+    request: ApprovalRequest,
+    produced: CallToolResult | None,
+    output_schema: Mapping[str, Any] | None = None,
+) -> CallToolResult:
+    """The result of a call that waits for approval: the `[AWAITING_APPROVAL]` text.
+
+    Nothing failed and nothing ran, so it is a normal result, whose structured content is
+    the text too when the tool's output schema holds a string (`{"result": text}` for
+    the schema MCP derives from `-> str`). A tool whose output schema cannot hold the
+    text gets it as an `is_error` result instead: clients check a normal result against
+    the output schema, and would reject it. Either way `_meta["sagacity/approval"]` tells
+    a host which call to send again once a human has approved it.
+
+    Args:
+        request: The approval request the call waits on.
+        produced: What MCP made of the text returned in the tool's place, if it did.
+        output_schema: The tool's output schema, when nothing was produced.
+    """
+    approval: dict[str, Any] = {
+        "request_id": request.request_id,
+        "call_id": request.call_id,
+        "tool": request.tool_name,
+        "input_sha256": request.input_sha256,
+    }
+    if produced is not None and not produced.is_error:
+        meta = {**(produced.meta or {}), APPROVAL_META: approval}
+        return produced.model_copy(update={"meta": meta})
+    text = awaiting_approval_message(request)
+    result: dict[str, Any] = {
+        "content": [{"type": "text", "text": text}],
+        "_meta": {APPROVAL_META: approval},
+    }
+    structured = None if produced is not None else _text_as_structured(text, output_schema)
+    if structured is not None:
+        result["structuredContent"] = structured
+    elif produced is not None or output_schema:
+        result["isError"] = True
+    return CallToolResult.model_validate(result)
+
+
+def _text_as_structured(text: str, schema: Mapping[str, Any] | None) -> Any:
+    """`text` shaped to fit `schema`, when a string fits it; else None."""
+    if not schema:
+        return None
+    if schema.get("type") == "string":
+        return text
+    properties = schema.get("properties")
+    if schema.get("type") == "object" and isinstance(properties, Mapping):
+        result = properties.get("result")
+        if (
+            isinstance(result, Mapping)
+            and result.get("type", "string") == "string"
+            and set(schema.get("required", ())) <= {"result"}
+        ):
+            return {"result": text}
+    return None

@@ -1,0 +1,217 @@
+"""SagaTools as the OpenAI Agents SDK's `FunctionTool`s, and IRREVERSIBLE calls as its approvals.
+
+The wrap point is the Python function handed to the SDK's `function_tool`: the SDK
+catches a tool's exception inside `on_invoke_tool` and gives the model a message
+instead (`default_tool_error_function`), so only code that runs inside it sees the
+failure. A proxy around `on_invoke_tool` would see the message as a success.
+
+The SDK passes a tool's call id only in its `ToolContext`. The function given to
+`function_tool` therefore takes a `ToolContext` first, a parameter the SDK recognises
+and leaves out of the schema, so the schema the model sees is the undecorated tool's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import pydantic
+from agents import FunctionTool, Tool, function_tool
+from agents.exceptions import MCPToolCancellationError, ModelBehaviorError, ToolTimeoutError
+from agents.function_schema import FuncSchema, function_schema
+from agents.run_context import RunContextWrapper
+from agents.tool_context import ToolContext
+
+from sagacity.annotations import Reversibility
+from sagacity.errors import ApprovalError, ConfigurationError
+from sagacity.saga import Sagacity
+from sagacity.tools import FailureKind, SagaTool
+
+__all__ = ["as_function_tool", "classify_agents_error", "function_tools"]
+
+_CONTEXT_PARAMETER = "sagacity_tool_context"
+
+
+def function_tools(sagacity: Sagacity, *sources: object, **options: Any) -> list[Tool]:
+    """Wrap `sources` with `sagacity` and return them as the SDK's `FunctionTool`s.
+
+    Args:
+        sagacity: The Sagacity whose sagas journal the calls.
+        *sources: Objects with `compensable` methods, and `compensable` functions, as
+            for `Sagacity.wrap`.
+        **options: Passed to the SDK's `function_tool` for every tool (for example
+            `failure_error_function`, `strict_mode`); see `as_function_tool`.
+
+    Returns:
+        One `FunctionTool` per tool, with the name, description and parameter schema the
+        SDK gives the undecorated function; typed as the SDK's `Tool`, as `Agent(tools=...)`
+        takes them.
+    """
+    return [as_function_tool(tool, **options) for tool in sagacity.wrap(*sources)]
+
+
+def as_function_tool(tool: SagaTool, **options: Any) -> FunctionTool:
+    """Return one wrapped tool as the SDK's `FunctionTool`.
+
+    Use it for options that suit one tool only, such as `timeout=` on an async tool.
+    An IRREVERSIBLE tool gets a `needs_approval` policy that asks sagacity: the run is
+    interrupted (`result.interruptions`) until a human approves the call's exact input
+    through `Sagacity.approve`.
+
+    Args:
+        tool: A tool made by `Sagacity.wrap`.
+        **options: Passed to the SDK's `function_tool`, except `needs_approval` on an
+            IRREVERSIBLE tool, which sagacity decides.
+
+    Raises:
+        ConfigurationError: `needs_approval` was given for an IRREVERSIBLE tool, or the
+            tool's annotations cannot be resolved.
+    """
+    irreversible = tool.reversibility is Reversibility.IRREVERSIBLE
+    if irreversible and "needs_approval" in options:
+        raise ConfigurationError(
+            f"tool {tool.name!r} is IRREVERSIBLE: sagacity decides whether its calls need "
+            "approval; leave needs_approval out"
+        )
+    tool.owner.add_classifier(classify_agents_error)
+    function, journaled, takes_context = _tool_function(tool)
+    built = function_tool(function, **options)
+    if irreversible:
+        schema = function_schema(function, strict_json_schema=options.get("strict_mode", True))
+        _gate(built, _ApprovalPolicy(journaled, schema, takes_context=takes_context))
+    return built
+
+
+def classify_agents_error(error: BaseException) -> FailureKind | None:
+    """A nested tool that timed out or was cancelled left its outcome unknown.
+
+    `as_function_tool` installs this classifier on the tool's Sagacity. The SDK's own
+    timeout of a tool reaches the tool as `asyncio.CancelledError`, which sagacity
+    already journals as an unknown outcome.
+    """
+    if isinstance(error, ToolTimeoutError | MCPToolCancellationError):
+        return FailureKind.OUTCOME_UNKNOWN
+    return None
+
+
+def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, bool]:
+    """Return the function for `function_tool`, the tool it calls, and if that takes the context.
+
+    The function has the tool's name, docstring, annotations and signature, with a
+    `ToolContext` first unless the tool takes the SDK's context itself (its value is
+    then left out of the journaled input).
+    """
+    try:
+        hints = typing.get_type_hints(tool.func, include_extras=True)
+    except (NameError, TypeError) as error:
+        raise ConfigurationError(
+            f"tool {tool.name!r}: its annotations cannot be resolved ({error}); define the "
+            "types they name at module level"
+        ) from error
+    parameters = list(tool.signature.parameters.values())
+    first = parameters[0] if parameters else None
+    if first is not None and _is_context(hints.get(first.name, first.annotation)):
+        takes_context = True
+        journaled = tool.excluding(first.name)
+        signature = tool.signature
+    else:
+        takes_context = False
+        journaled = tool
+        name = _CONTEXT_PARAMETER
+        while name in tool.signature.parameters:
+            name = f"_{name}"
+        context = inspect.Parameter(
+            name, inspect.Parameter.POSITIONAL_ONLY, annotation=ToolContext[Any]
+        )
+        signature = tool.signature.replace(parameters=[context, *parameters])
+        hints = {name: ToolContext[Any], **hints}
+
+    function: Callable[..., Any]
+    if tool.is_async:
+
+        async def call_async(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            arguments = (context, *args) if takes_context else args
+            return await journaled.ainvoke(arguments, kwargs, call_id=_call_id(context))
+
+        function = call_async
+    else:
+
+        def call(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            arguments = (context, *args) if takes_context else args
+            return journaled.invoke(arguments, kwargs, call_id=_call_id(context))
+
+        function = call
+    function.__name__ = tool.name
+    function.__qualname__ = getattr(tool.func, "__qualname__", tool.name)
+    function.__module__ = getattr(tool.func, "__module__", __name__)
+    function.__doc__ = inspect.getdoc(tool.func)
+    function.__annotations__ = hints
+    # inspect.signature() reads __signature__: the SDK derives the schema from it.
+    function.__dict__["__signature__"] = signature
+    return function, journaled, takes_context
+
+
+class _ApprovalPolicy:
+    """The SDK's `needs_approval` for an IRREVERSIBLE tool: asks sagacity about each call."""
+
+    def __init__(self, tool: SagaTool, schema: FuncSchema, *, takes_context: bool) -> None:
+        self.tool = tool
+        self.schema = schema
+        self.takes_context = takes_context
+
+    async def __call__(
+        self, run_context: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        """True while sagacity has no usable approval for this call.
+
+        The first time a call is seen this journals AWAITING_APPROVAL and stores the
+        request. A refusal (rejected, or another input than the approved one) also
+        answers True, failing closed: sagacity records it and raises it when the saga's
+        work returns. Arguments that do not validate answer True: the call fails
+        validation when it runs, and nothing runs.
+        """
+        try:
+            parsed = self.schema.params_pydantic_model(**params)
+            args, kwargs = self.schema.to_call_args(parsed)
+        except (pydantic.ValidationError, ModelBehaviorError):
+            return True
+        arguments = (run_context, *args) if self.takes_context else tuple(args)
+        try:
+            return self.tool.pending_approval(arguments, kwargs, call_id=call_id) is not None
+        except ApprovalError:
+            return True
+
+
+def _gate(built: FunctionTool, policy: _ApprovalPolicy) -> None:
+    """Make the SDK consult `policy` for every call of `built`.
+
+    The SDK shows a callable policy the arguments of a tool made by `function_tool` only
+    when validation leaves them unchanged (no Decimal, datetime, enum, model or pattern);
+    for the others it interrupts the run without asking the policy, and sagacity would not
+    know that the run waits. An invoker that only hands the call on to the SDK's own is
+    asked about with the model's arguments, which the policy validates with the tool's
+    parameter model, as the call will. It journals nothing and catches nothing: the
+    journaling function still runs inside the SDK's invoker, below its failure handling.
+    """
+    sdk_invoker = built.on_invoke_tool
+
+    async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
+        return await sdk_invoker(context, arguments)
+
+    built.on_invoke_tool = on_invoke_tool
+    built.needs_approval = policy
+
+
+def _call_id(context: object) -> str | None:
+    call_id = getattr(context, "tool_call_id", None)
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _is_context(annotation: Any) -> bool:
+    """Whether the SDK treats a first parameter with this annotation as its context."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    origin = typing.get_origin(annotation) or annotation
+    return origin is RunContextWrapper or origin is ToolContext

@@ -1,0 +1,157 @@
+"""Approval over MCP, where the protocol has no native pause.
+
+An IRREVERSIBLE call answers the waiting text; after `Sagacity.approve`, sending the call
+again runs it exactly once with that input.
+"""
+
+from __future__ import annotations
+
+from mcp import Client
+
+from sagacity import Sagacity, SagaOutcome, verify
+from sagacity.integrations.mcp import APPROVAL_META, end_saga, mcp_server, request_end_saga
+from tests.integrations.mcp._shop import Shop, meta, phases, text
+
+WIRE = {"amount": "100.00", "to": "ACME-IBAN"}
+
+
+class TestApprovalWithoutCallId:
+    async def test_waits_is_approved_elsewhere_then_runs_once(self, sqlite_url: str) -> None:
+        """A waiting call runs once, after an approval recorded by another process.
+
+        The first call is not run and not an error; sending it again before approval, with a
+        client's claim of approval, or with changed input is refused; after an approval recorded by
+        another process it runs once with the approved input.
+        """
+        sagacity, shop = Sagacity.from_url(sqlite_url), Shop()
+        approver_process = Sagacity.from_url(sqlite_url)
+        async with Client(mcp_server(sagacity, shop)) as client:
+            waiting = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
+            early = await client.call_tool(
+                "send_wire_transfer", WIRE, meta={**meta("pay-1"), "sagacity/approved": True}
+            )
+            asked = (waiting.meta or {})[APPROVAL_META]
+            approver_process.approve(
+                "pay-1", approver="alice@ops", expected_sha256=asked["input_sha256"]
+            )
+            changed = await client.call_tool(
+                "send_wire_transfer", {**WIRE, "amount": "9999.00"}, meta=meta("pay-1")
+            )
+            ran = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
+            ended = await request_end_saga(client, "pay-1")
+
+        assert not waiting.is_error
+        assert text(waiting).startswith("[AWAITING_APPROVAL] send_wire_transfer was not run")
+        assert asked["call_id"] == "send_wire_transfer#1"
+        assert early.is_error
+        assert "no approval is journaled for request" in text(early)
+        assert changed.is_error
+        assert "sha256" in text(changed)
+        assert text(ran) == "wire-100.00-ACME-IBAN"
+        assert shop.events == [("send_wire_transfer", "100.00", "ACME-IBAN")]
+        assert ended.outcome == "COMPLETED"
+        entries = sagacity.history("pay-1")
+        assert phases(entries) == [
+            ("AWAITING_APPROVAL", "send_wire_transfer", "send_wire_transfer#1"),
+            ("APPROVED", "send_wire_transfer", "send_wire_transfer#1"),
+            ("INTENT", "send_wire_transfer", "send_wire_transfer#1"),
+            ("EXECUTED", "send_wire_transfer", "send_wire_transfer#1"),
+            ("ENDED", None, None),
+        ]
+        assert entries[1].payload["approver"] == "alice@ops"
+        assert entries[2].payload["input"] == WIRE
+        assert verify(sagacity.journal, "pay-1").ok
+
+    async def test_a_second_wire_needs_a_second_approval(self) -> None:
+        """A second identical wire is a new call with its own approval.
+
+        Once the approved call has run, the same input again is a new call that waits for its own
+        approval; the saga ending then stays open, AWAITING_APPROVAL.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-2"))
+            sagacity.approve("pay-2", approver="alice@ops")
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-2"))
+            second = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-2"))
+            ended = await request_end_saga(client, "pay-2")
+
+        assert (second.meta or {})[APPROVAL_META]["call_id"] == "send_wire_transfer#2"
+        assert len(shop.events) == 1
+        assert ended.outcome == "AWAITING_APPROVAL"
+        assert ended.pending == [sagacity.pending("pay-2")[0].request_id]
+
+    async def test_rejection_compensates_and_closes_the_saga(self) -> None:
+        """Rejecting the wire compensates the saga and closes it.
+
+        Rejecting the wire undoes the reservation made before it, ends the saga, and a later call of
+        the wire is refused without running.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("p3"))
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("p3"))
+            rejected = sagacity.reject("p3", approver="bob@ops", reason="unknown supplier")
+            late = await client.call_tool("send_wire_transfer", WIRE, meta=meta("p3"))
+            ended = await end_saga(sagacity, "p3")
+
+        assert rejected.outcome is SagaOutcome.COMPENSATED
+        assert late.is_error
+        assert "saga 'p3' ended COMPENSATED" in text(late)
+        assert shop.events == [("reserve_inventory", "A", 1), ("release_inventory", "res-A-1")]
+        assert ended.outcome is SagaOutcome.COMPENSATED
+
+    async def test_failed_saga_refuses_irreversible_calls(self) -> None:
+        """After a failed call, an IRREVERSIBLE call is refused, even once approved.
+
+        The saga will be compensated when it ends; the wire could not be undone with it,
+        so it is not run (as `Sagacity.saga` would have ended the saga before it).
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("p5"))
+            sagacity.approve("p5", approver="alice@ops")
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("p5"))
+            await client.call_tool("ship_order", {"address": "x"}, meta=meta("p5"))
+            refused = await client.call_tool("send_wire_transfer", WIRE, meta=meta("p5"))
+            ended = await request_end_saga(client, "p5")
+
+        assert refused.is_error
+        assert "saga 'p5' has a failed call" in text(refused)
+        assert [e[0] for e in shop.events] == [
+            "reserve_inventory",
+            "ship_order",
+            "release_inventory",
+        ]
+        assert (ended.outcome, ended.pending) == ("COMPENSATED", [])
+        assert sagacity.pending("p5") == []
+
+
+class TestApprovalWithCallId:
+    async def test_call_id_binds_the_approval_to_one_call(self) -> None:
+        """A client call id binds the approval to exactly that call.
+
+        With `sagacity/call_id`, the approval belongs to that call: another call id asks anew, the
+        approved one runs once, and sending it again replays its result.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-4", "toolu_01"))
+            sagacity.approve("pay-4", approver="alice@ops")
+            other = await client.call_tool(
+                "send_wire_transfer", WIRE, meta=meta("pay-4", "toolu_02")
+            )
+            ran = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-4", "toolu_01"))
+            again = await client.call_tool(
+                "send_wire_transfer", WIRE, meta=meta("pay-4", "toolu_01")
+            )
+
+        assert (other.meta or {})[APPROVAL_META]["call_id"] == "toolu_02"
+        assert text(ran) == text(again) == "wire-100.00-ACME-IBAN"
+        assert shop.events == [("send_wire_transfer", "100.00", "ACME-IBAN")]
+        assert [p for p in phases(sagacity.history("pay-4")) if p[2] == "toolu_01"] == [
+            ("AWAITING_APPROVAL", "send_wire_transfer", "toolu_01"),
+            ("APPROVED", "send_wire_transfer", "toolu_01"),
+            ("INTENT", "send_wire_transfer", "toolu_01"),
+            ("EXECUTED", "send_wire_transfer", "toolu_01"),
+        ]

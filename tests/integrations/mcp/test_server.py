@@ -1,0 +1,365 @@
+"""`mcp_server`: wrapped tools served over MCP in sagas spanning requests.
+
+One saga spans many `tools/call` requests; the journal sees the failure that MCP hides
+behind `is_error`; the saga ends when the client or the server says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import sys
+from typing import Any
+
+import pytest
+from mcp import Client, MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import INVALID_PARAMS, URL_ELICITATION_REQUIRED, ElicitRequestURLParams
+
+from sagacity import (
+    Phase,
+    Sagacity,
+    SagaOutcome,
+    compensable,
+    verify,
+)
+from sagacity.integrations.mcp import (
+    SAGA_ID_META,
+    end_saga,
+    mcp_server,
+    request_end_saga,
+)
+from tests.integrations.mcp._shop import Shop, meta, phases, scripted_model, text
+
+ORDER_SCRIPT: list[tuple[str, dict[str, Any]]] = [
+    ("reserve_inventory", {"sku": "A-1", "qty": 2}),
+    ("charge_card", {"amount": "25.00"}),
+    ("ship_order", {"address": "1 Main St"}),
+]
+
+
+class Notes:
+    """A tool that takes MCP's Context, and one published under another name."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    @compensable(by="forget")
+    async def add_note(self, body: str, ctx: Context) -> str:
+        """Add a note to the order."""
+        self.seen.append(str(ctx.request_id))
+        return f"note:{body}"
+
+    @compensable(by="forget", name="tag_order")
+    def tag(self, tag: str, urgent: bool = False) -> dict[str, str]:
+        """Tag the order."""
+        return {"tag": tag, "urgent": str(urgent)}
+
+    def forget(self) -> None:
+        """Nothing to undo here."""
+
+
+class TestImportGuard:
+    def test_missing_sdk_names_the_extra(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Without MCP SDK 2.x the import fails with the pip command that installs it."""
+        monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)
+        for name in [n for n in sys.modules if n.startswith("sagacity.integrations.mcp")]:
+            monkeypatch.delitem(sys.modules, name)
+        with pytest.raises(ImportError, match=r"pip install 'sagacity\[mcp\]'"):
+            importlib.import_module("sagacity.integrations.mcp")
+
+
+class TestSchema:
+    async def test_tools_list_as_the_unwrapped_functions_do(self) -> None:
+        """The tool list equals that of a server registering the originals.
+
+        Names, descriptions, input and output schemas equal those of a server that registers the
+        original functions: sync, async, with a Context, renamed.
+        """
+        shop, notes = Shop(), Notes()
+        plain: MCPServer[Any] = MCPServer("shop")
+        for func in (
+            shop.charge_card,
+            shop.reserve_inventory,
+            shop.send_wire_transfer,
+            shop.ship_order,
+            notes.add_note,
+        ):
+            plain.tool()(func)
+        plain.tool(name="tag_order")(notes.tag)
+        wrapped = mcp_server(Sagacity.from_url("memory://"), Shop(), Notes(), name="shop")
+
+        async with Client(plain) as unwrapped, Client(wrapped) as journaled:
+            expected = {t.name: t for t in (await unwrapped.list_tools()).tools}
+            listed = {t.name: t for t in (await journaled.list_tools()).tools}
+
+        assert listed == expected
+        assert sorted(listed) == [
+            "add_note",
+            "charge_card",
+            "reserve_inventory",
+            "send_wire_transfer",
+            "ship_order",
+            "tag_order",
+        ]
+
+    async def test_context_is_injected_and_left_out_of_the_input(self) -> None:
+        """MCP's Context is injected, and left out of the journaled input.
+
+        A tool's Context parameter still receives MCP's Context; the journaled input holds only the
+        arguments the client sent.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        notes = Notes()
+        async with Client(mcp_server(sagacity, notes)) as client:
+            result = await client.call_tool("add_note", {"body": "fragile"}, meta=meta("n-1"))
+            tagged = await client.call_tool("tag_order", {"tag": "vip"}, meta=meta("n-1"))
+
+        assert text(result) == "note:fragile"
+        assert tagged.structured_content == {"tag": "vip", "urgent": "False"}
+        assert len(notes.seen) == 1
+        entries = sagacity.history("n-1")
+        assert [e.payload["input"] for e in entries if e.phase is Phase.INTENT] == [
+            {"body": "fragile"},
+            {"tag": "vip", "urgent": False},
+        ]
+
+
+class TestSwallowedFailure:
+    async def test_failed_third_call_undoes_the_first_two_in_reverse(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A failed third call undoes the first two, in reverse.
+
+        The client only sees a generic is_error and the model says "done"; the saga still ends
+        COMPENSATED, charge refunded before the stock is released.
+        """
+        shop = Shop()
+        async with Client(mcp_server(sagacity, shop, name="shop")) as client:
+            said, results = await scripted_model(client, "order-1", ORDER_SCRIPT)
+            ended = await request_end_saga(client, "order-1")
+
+        assert said.startswith("All done")
+        assert [r.is_error for r in results] == [False, False, True]
+        assert text(results[2]) == "Error executing tool ship_order"  # the cause is hidden
+        assert (ended.outcome, ended.compensated) == (
+            "COMPENSATED",
+            ["charge_card#1", "reserve_inventory#1"],
+        )
+        assert shop.events[-2:] == [
+            ("refund_card", "ch-25.00"),
+            ("release_inventory", "res-A-1-2"),
+        ]
+        entries = sagacity.history("order-1")
+        assert phases(entries) == [
+            ("INTENT", "reserve_inventory", "reserve_inventory#1"),
+            ("EXECUTED", "reserve_inventory", "reserve_inventory#1"),
+            ("INTENT", "charge_card", "charge_card#1"),
+            ("EXECUTED", "charge_card", "charge_card#1"),
+            ("INTENT", "ship_order", "ship_order#1"),
+            ("FAILED", "ship_order", "ship_order#1"),
+            ("COMPENSATED", "charge_card", "charge_card#1"),
+            ("COMPENSATED", "reserve_inventory", "reserve_inventory#1"),
+            ("ENDED", None, None),
+        ]
+        assert entries[5].payload == {
+            "kind": "failure",
+            "error": {"type": "RuntimeError", "message": "courier API answered 503 for depot 7"},
+        }
+        assert verify(sagacity.journal, "order-1").ok
+
+    async def test_server_side_end_saga_compensates_too(self, sqlite_url: str) -> None:
+        """`end_saga` on the server side compensates as well.
+
+        `end_saga(sagacity, id)` on the server ends the saga the same way, with the compensation
+        report in its result.
+        """
+        sagacity = Sagacity.from_url(sqlite_url)
+        async with Client(mcp_server(sagacity, Shop())) as client:
+            await scripted_model(client, "order-2", ORDER_SCRIPT)
+
+        result = await end_saga(sagacity, "order-2")
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.compensation is not None
+        assert [ref.call_id for ref in result.compensation.compensated] == [
+            "charge_card#1",
+            "reserve_inventory#1",
+        ]
+
+    async def test_saga_without_failure_ends_completed(self) -> None:
+        """Two calls that succeed end COMPLETED; nothing is undone."""
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await scripted_model(client, "order-3", ORDER_SCRIPT[:2])
+            ended = await request_end_saga(client, "order-3")
+
+        assert (ended.outcome, ended.compensated) == ("COMPLETED", [])
+        assert [e[0] for e in shop.events] == ["reserve_inventory", "charge_card"]
+
+
+class TestSagaAcrossRequests:
+    async def test_call_ids_count_on_across_requests_and_restarts(self, sqlite_url: str) -> None:
+        """Call ids count on across requests and restarts.
+
+        Without a client call id, calls are `tool#n` numbered from the journal: a restarted server
+        goes on from where the saga stands, never reusing an id.
+        """
+        first = Sagacity.from_url(sqlite_url)
+        async with Client(mcp_server(first, Shop())) as client:
+            for sku in ("A", "B"):
+                await client.call_tool("reserve_inventory", {"sku": sku, "qty": 1}, meta=meta("s"))
+        first.close()
+        restarted = Sagacity.from_url(sqlite_url)
+        async with Client(mcp_server(restarted, Shop())) as client:
+            await client.call_tool("reserve_inventory", {"sku": "C", "qty": 1}, meta=meta("s"))
+            await client.call_tool("charge_card", {"amount": "1"}, meta=meta("s", "tool-use-9"))
+
+        intents = [e for e in restarted.history("s") if e.phase is Phase.INTENT]
+        assert [e.call_id for e in intents] == [
+            "reserve_inventory#1",
+            "reserve_inventory#2",
+            "reserve_inventory#3",
+            "tool-use-9",
+        ]
+
+    async def test_calls_without_a_saga_run_unjournaled(self) -> None:
+        """Calls naming no saga run unjournaled; IRREVERSIBLE ones are refused.
+
+        A call whose request names no saga runs as the plain tool; an IRREVERSIBLE one is refused
+        with a message naming the tool, and does not run.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            plain = await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1})
+            wire = await client.call_tool("send_wire_transfer", {"amount": "9", "to": "X"})
+
+        assert text(plain) == "res-A-1"
+        assert wire.is_error
+        assert "'send_wire_transfer' is IRREVERSIBLE and was called outside a saga" in text(wire)
+        assert shop.events == [("reserve_inventory", "A", 1)]
+        assert sagacity.journal.list_sagas() == []
+
+    async def test_ended_saga_refuses_further_calls(self) -> None:
+        """An ended saga refuses further calls; ending again is idempotent.
+
+        After its end, a call naming the saga is refused with the saga's name and outcome, and does
+        not run; a second end answers the recorded outcome.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await scripted_model(client, "done-1", ORDER_SCRIPT[:1])
+            first = await request_end_saga(client, "done-1")
+            late = await client.call_tool("charge_card", {"amount": "5"}, meta=meta("done-1"))
+            again = await request_end_saga(client, "done-1")
+
+        assert (first.outcome, again.outcome) == ("COMPLETED", "COMPLETED")
+        assert late.is_error
+        assert "saga 'done-1' ended COMPLETED" in text(late)
+        assert [e[0] for e in shop.events] == ["reserve_inventory"]
+
+    async def test_ending_an_unknown_saga_is_an_mcp_error(self) -> None:
+        """`sagacity/end` for a saga with no journaled call answers an MCP error naming it."""
+        async with Client(mcp_server(Sagacity.from_url("memory://"), Shop())) as client:
+            with pytest.raises(MCPError) as raised:
+                await request_end_saga(client, "never-started")
+
+        assert raised.value.code == INVALID_PARAMS
+        assert "saga 'never-started' has no journal entries" in raised.value.message
+
+    async def test_malformed_saga_id_is_refused(self) -> None:
+        """A saga id that is not a non-empty string is refused naming the `_meta` key."""
+        shop = Shop()
+        async with Client(mcp_server(Sagacity.from_url("memory://"), shop)) as client:
+            result = await client.call_tool(
+                "reserve_inventory", {"sku": "A", "qty": 1}, meta={SAGA_ID_META: 42}
+            )
+
+        assert result.is_error
+        assert "_meta['sagacity/saga_id'] must be a non-empty string" in text(result)
+        assert shop.events == []
+
+    async def test_saga_of_picks_the_saga_without_meta(self) -> None:
+        """A `saga_of` hook names the saga for hosts that cannot set `_meta`."""
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        server = mcp_server(sagacity, shop, saga_of=lambda ctx, params: "host-session-1")
+        async with Client(server) as client:
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1})
+            await client.call_tool("charge_card", {"amount": "3"})
+
+        assert [e.call_id for e in sagacity.history("host-session-1")] == [
+            "reserve_inventory#1",
+            "reserve_inventory#1",
+            "charge_card#1",
+            "charge_card#1",
+        ]
+
+    async def test_end_waits_for_a_running_call(self) -> None:
+        """Ending waits for the saga's running call.
+
+        Ending while a call of the saga runs waits for it: its EXECUTED comes before ENDED, and a
+        call arriving meanwhile is refused.
+        """
+
+        class Slow:
+            def __init__(self) -> None:
+                self.started = asyncio.Event()
+                self.finish = asyncio.Event()
+
+            @compensable(by="undo")
+            async def pack(self, box: str) -> str:
+                """Pack a box."""
+                self.started.set()
+                await self.finish.wait()
+                return f"packed-{box}"
+
+            def undo(self) -> None:
+                """Unpack."""
+
+        sagacity, slow = Sagacity.from_url("memory://"), Slow()
+        async with Client(mcp_server(sagacity, slow)) as client:
+            packing = asyncio.create_task(client.call_tool("pack", {"box": "1"}, meta=meta("w")))
+            await slow.started.wait()
+            ending = asyncio.create_task(end_saga(sagacity, "w"))
+            await asyncio.sleep(0.05)
+            refused = await client.call_tool("pack", {"box": "2"}, meta=meta("w"))
+            assert not ending.done()
+            slow.finish.set()
+            packed, ended = await packing, await ending
+
+        assert text(packed) == "packed-1"
+        assert "saga 'w' is being ended" in text(refused)
+        assert ended.outcome is SagaOutcome.COMPLETED
+        assert [e.phase.name for e in sagacity.history("w")] == ["INTENT", "EXECUTED", "ENDED"]
+
+
+class TestControlFlow:
+    async def test_url_elicitation_passes_through_without_failing_the_saga(self) -> None:
+        """URL elicitation passes through as control flow.
+
+        MCP's URL elicitation request reaches the client as its protocol error; it is journaled as
+        control flow and the saga still ends COMPLETED.
+        """
+
+        class Files:
+            @compensable(by="undo")
+            def open_drive(self, folder: str) -> str:
+                """Open a cloud folder."""
+                raise UrlElicitationRequiredError(
+                    [ElicitRequestURLParams(message="Sign in", url="https://example.com/o")]
+                )
+
+            def undo(self) -> None:
+                """Nothing to undo."""
+
+        sagacity = Sagacity.from_url("memory://")
+        async with Client(mcp_server(sagacity, Files())) as client:
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("open_drive", {"folder": "x"}, meta=meta("f"))
+            ended = await request_end_saga(client, "f")
+
+        assert raised.value.code == URL_ELICITATION_REQUIRED
+        failed = sagacity.history("f")[1]
+        assert (failed.phase, failed.payload["kind"]) == (Phase.FAILED, "control_flow")
+        assert ended.outcome == "COMPLETED"
