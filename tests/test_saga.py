@@ -192,8 +192,10 @@ class TestSagaStates:
     def test_a_saga_with_a_failed_call_is_compensated_when_resumed(
         self, sagacity: Sagacity
     ) -> None:
-        """A saga whose journal holds a failed call (requests spanning processes) is
-        compensated when resumed; its approved IRREVERSIBLE call does not run."""
+        """A failed call in the journal fails the resumed saga: its approved wire never runs.
+
+        One saga can span several requests (MCP): a later one may record the failure.
+        """
         shop = Shop(ship_fails=True)
         tools = tools_of(sagacity, shop)
 
