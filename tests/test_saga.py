@@ -221,6 +221,47 @@ class TestSagaStates:
         assert "IRREVERSIBLE tool 'send_wire_transfer' is not run" in str(result.error)
         assert [ref.tool_name for ref in result.compensation.compensated] == ["reserve_inventory"]
 
+    def test_a_call_that_starts_after_the_work_returned_is_refused(self) -> None:
+        """Work that returns before its calls start (a stream left unconsumed) runs nothing late.
+
+        A call that starts once the saga has ended raises SagaStateError and is not run,
+        instead of journaling into an ended saga.
+        """
+        sagacity = memory_sagacity()
+        shop = Shop()
+        tools = tools_of(sagacity, shop)
+        context = sagacity.saga("s", contextvars.copy_context).value
+
+        assert sagacity.history("s")[-1].phase is Phase.ENDED
+        with pytest.raises(SagaStateError, match="work returned before tool 'reserve_inventory'"):
+            context.run(tools["reserve_inventory"], "SKU-1")
+        assert shop.calls["reserve_inventory"] == 0
+        assert [e.phase for e in sagacity.history("s")] == [Phase.ENDED]
+
+    def test_a_retried_failure_still_compensates_after_a_crash(self, sagacity: Sagacity) -> None:
+        """A call that failed, then succeeded on retry, fails the saga when it is re-opened too."""
+        shop = Shop()
+        tools_of(sagacity, shop)  # registers the compensation
+        intent = sagacity.journal.append(
+            "s", Phase.INTENT, tool_name="reserve_inventory", call_id="r1",
+            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
+        )  # fmt: skip
+        sagacity.journal.append(
+            "s", Phase.FAILED, tool_name="reserve_inventory", call_id="r1", ref_seq=intent.seq,
+            payload={"kind": "failure", "error": {"type": "RuntimeError", "message": "x"}},
+        )  # fmt: skip
+        retry = sagacity.journal.append(
+            "s", Phase.INTENT, tool_name="reserve_inventory", call_id="r1",
+            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
+        )  # fmt: skip
+        sagacity.journal.append(
+            "s", Phase.EXECUTED, tool_name="reserve_inventory", call_id="r1",
+            ref_seq=retry.seq, payload={"result": "res-SKU-1-1"},
+        )  # fmt: skip
+        result = sagacity.saga("s", lambda: None)
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert shop.log == ["release res-SKU-1-1"]
+
     def test_nested_saga_raises(self) -> None:
         """Opening a saga inside another raises NestedSagaError; the outer one goes on."""
         sagacity = memory_sagacity()

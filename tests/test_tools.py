@@ -353,6 +353,19 @@ class TestReplay:
             ("ENDED", None, None),
         ]
 
+    def test_a_call_id_of_another_tool_is_refused(self, sagacity: Sagacity) -> None:
+        """A call id that another tool used is refused, never answered with that tool's result."""
+        shop = Shop()
+        tools = tools_of(sagacity, shop)
+
+        def work() -> None:
+            tools["reserve_inventory"].invoke(("SKU-1",), call_id="c1")
+            tools["charge_card"].invoke(("SKU-1",), {"card": "4242"}, call_id="c1")
+
+        with pytest.raises(ReplayMismatchError, match="'c1' was used by tool 'reserve_inventory'"):
+            sagacity.saga("s", work)
+        assert shop.calls["charge_card"] == 0
+
     def test_a_crashed_saga_reopens_and_replays(self, sagacity: Sagacity) -> None:
         """A saga that stopped without ENDED re-opens; its made call ids replay."""
         shop = Shop()

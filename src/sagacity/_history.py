@@ -103,12 +103,16 @@ class SagaHistory:
         return value if isinstance(value, str) else None
 
     def has_failed_call(self) -> bool:
-        """True when a call's latest outcome fails the saga (a failure or an unknown one)."""
+        """True when any attempt of any call failed the saga (a failure or an unknown outcome).
+
+        Every attempt counts, as it does while the saga runs: a call that failed and then
+        succeeded on a retry still failed the saga.
+        """
         return any(
             call.outcome is not None
             and call.outcome.phase is Phase.FAILED
             and _payload(call.outcome).get("kind") in ("failure", OUTCOME_UNKNOWN)
-            for call in self.latest_call.values()
+            for call in self.calls.values()
         )
 
     def rejected(self, awaiting_seq: int) -> JournalEntry | None:

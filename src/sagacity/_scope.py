@@ -46,6 +46,8 @@ class SagaScope:
         self.refusal: SagacityError | None = None
         """A check refused a call before it ran (an approval check, a replay that is in
         doubt or does not match); raised when the work returns, even if it was caught."""
+        self.closed = False
+        """The work returned: calls that start now are refused (a stream left unconsumed)."""
         self.suspended: set[str] = set()
         """Calls the framework paused (a control-flow exit) that have not run again since."""
         self.awaiting: list[ApprovalRequest] = []
@@ -89,6 +91,11 @@ class SagaScope:
             )
             self.history.add(entry)
             return entry
+
+    def close(self) -> None:
+        """Mark the work returned: a call that starts later is refused, not journaled."""
+        with self.lock:
+            self.closed = True
 
     def refresh(self) -> None:
         """Re-read the journal: approvals may have been recorded by another process."""

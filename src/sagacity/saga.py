@@ -445,7 +445,7 @@ class Sagacity:
     def _compensable_history(self, saga_id: str) -> SagaHistory:
         history = self._history(saga_id, must_exist=True)
         self._refuse_if_open(saga_id)
-        if history.outcome == SagaOutcome.COMPLETED.value:
+        if history.outcome == SagaOutcome.COMPLETED.value and not history.has_failed_call():
             assert history.ended is not None
             raise SagaStateError(
                 f"saga {saga_id!r} ended COMPLETED at seq {history.ended.seq}: no call failed, "
@@ -505,6 +505,7 @@ class Sagacity:
             return None, error
         finally:
             _scope.reset(token)
+            scope.close()
         if inspect.iscoroutine(value):
             value.close()  # never started: nothing in it ran
             return None, TypeError(
@@ -527,6 +528,7 @@ class Sagacity:
             return None, error
         finally:
             _scope.reset(token)
+            scope.close()
 
     def _finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):

@@ -376,6 +376,11 @@ class _Call:
         """Return (_REPLAY, result), (_PAUSE, request) or (_RUN, None) after INTENT."""
         scope, tool = self.scope, self.tool
         with scope.lock:
+            if scope.closed:
+                raise SagaStateError(
+                    f"saga {scope.saga_id!r}: its work returned before tool {tool.name!r} was "
+                    "called, so the call is not run. Consume a streamed run inside the work"
+                )
             prior = scope.history.latest_call.get(self.call_id)
             if prior is not None:
                 try:
@@ -410,6 +415,12 @@ class _Call:
 
     def _replay(self, prior: CallState) -> tuple[object, Any] | None:
         saga, name = self.scope.saga_id, self.tool.name
+        if prior.intent.tool_name != name:
+            raise ReplayMismatchError(
+                f"saga {saga!r}: call id {self.call_id!r} was used by tool "
+                f"{prior.intent.tool_name!r} at seq {prior.intent.seq}; tool {name!r} is not "
+                "run under it. Give every call its own id"
+            )
         if prior.executed:
             before = _payload(prior.intent).get("input")
             if sha256_hex(before) != sha256_hex(self.input):

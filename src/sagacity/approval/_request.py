@@ -36,6 +36,21 @@ class ApprovalRequest:
     expires_at: datetime.datetime | None
     """When it stops being usable (UTC); None for never."""
 
+    def to_json(self) -> dict[str, JsonValue]:
+        """Return the request as a JSON object, for a framework's pause or an approval UI."""
+        return {
+            "request_id": self.request_id,
+            "saga_id": self.saga_id,
+            "seq": self.seq,
+            "call_id": self.call_id,
+            "tool_name": self.tool_name,
+            "input": self.input,
+            "input_sha256": self.input_sha256,
+            "reason": self.reason,
+            "requested_at": self.requested_at.isoformat(),
+            "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
+        }
+
     def expired(self, now: datetime.datetime) -> bool:
         """Tell whether the request has expired at `now`."""
         return self.expires_at is not None and now >= self.expires_at
