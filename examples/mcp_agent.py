@@ -76,7 +76,10 @@ async def scripted_model(client: Client, saga_id: str) -> str:
 async def main(database: Path) -> None:
     sagacity = Sagacity.from_url(f"sqlite:///{database}")
     server = mcp_server(sagacity, OrderTools(), name="shop")
-    # With a real model, serve the tools to your MCP host instead: server.run("stdio")
+    # With a real model, serve the tools to your MCP host instead: server.run("stdio").
+    # A host sends no _meta["sagacity/saga_id"] and no sagacity/end: pick the saga on the
+    # server with mcp_server(..., saga_of=lambda ctx, params: conversation_id) and end it
+    # there when the conversation is over: await end_saga(sagacity, conversation_id).
     async with Client(server) as client:
         print("order-1:")
         said = await scripted_model(client, "order-1")

@@ -398,7 +398,8 @@ class _Call:
                 if scope.failed:
                     raise SagaStateError(
                         f"saga {scope.saga_id!r}: a call has failed, so the saga will be "
-                        f"compensated; IRREVERSIBLE tool {tool.name!r} is not run"
+                        f"compensated; IRREVERSIBLE tool {tool.name!r} is not run. Run it in a "
+                        "new saga if it is still wanted"
                     )
                 try:
                     self.request = self._approved_request()

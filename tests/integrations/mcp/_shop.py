@@ -179,3 +179,48 @@ class Warehouse:
             return f"label-{order}"
 
         return server
+
+
+class Branch:
+    """An upstream server called "warehouse", as every branch's is: only its answers differ."""
+
+    def __init__(self, who: str) -> None:
+        self.who = who
+        self.calls: list[tuple[str, Any]] = []
+        self.server = self._server()
+
+    def _server(self) -> MCPServer[Any]:
+        server: MCPServer[Any] = MCPServer("warehouse")
+        calls, who = self.calls, self.who
+
+        @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+        def whoami() -> str:
+            """Which branch answers."""
+            calls.append(("whoami", None))
+            return who
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=False))
+        def reserve(sku: str) -> str:
+            """Reserve a unit of a product."""
+            calls.append(("reserve", sku))
+            return f"{who}-{sku}"
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+        def release(reservation: str) -> str:
+            """Release a reservation."""
+            calls.append(("release", reservation))
+            return "released"
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=False))
+        def ship(address: str) -> str:
+            """Book the courier."""
+            calls.append(("ship", address))
+            raise RuntimeError("courier API answered 503")
+
+        @server.tool(annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+        def cancel_shipment(address: str) -> str:
+            """Cancel a booked courier."""
+            calls.append(("cancel_shipment", address))
+            return "cancelled"
+
+        return server

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mcp import Client
 
-from sagacity import Sagacity, SagaOutcome, verify
+from sagacity import Sagacity, SagaOutcome, SagaStateError, verify
 from sagacity.integrations.mcp import APPROVAL_META, end_saga, mcp_server, request_end_saga
 from tests.integrations.mcp._shop import Shop, meta, phases, text
 
@@ -27,6 +27,7 @@ class TestApprovalWithoutCallId:
         approver_process = Sagacity.from_url(sqlite_url)
         async with Client(mcp_server(sagacity, shop)) as client:
             waiting = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
+            (request,) = sagacity.pending("pay-1")
             early = await client.call_tool(
                 "send_wire_transfer", WIRE, meta={**meta("pay-1"), "sagacity/approved": True}
             )
@@ -42,7 +43,8 @@ class TestApprovalWithoutCallId:
 
         assert not waiting.is_error
         assert text(waiting).startswith("[AWAITING_APPROVAL] send_wire_transfer was not run")
-        assert asked["call_id"] == "send_wire_transfer#1"
+        assert asked == request.to_json()  # the whole request, for the host to show a human
+        assert (asked["call_id"], asked["input"]) == ("send_wire_transfer#1", WIRE)
         assert early.is_error
         assert "no approval is journaled for request" in text(early)
         assert changed.is_error
@@ -117,7 +119,11 @@ class TestApprovalWithoutCallId:
             ended = await request_end_saga(client, "p5")
 
         assert refused.is_error
-        assert "saga 'p5' has a failed call" in text(refused)
+        assert text(refused) == (
+            "Error executing tool send_wire_transfer: saga 'p5': a call has failed, so the "
+            "saga will be compensated; IRREVERSIBLE tool 'send_wire_transfer' is not run. "
+            "Run it in a new saga if it is still wanted"
+        )
         assert [e[0] for e in shop.events] == [
             "reserve_inventory",
             "ship_order",
@@ -125,6 +131,56 @@ class TestApprovalWithoutCallId:
         ]
         assert (ended.outcome, ended.pending) == ("COMPENSATED", [])
         assert sagacity.pending("p5") == []
+
+
+class TestResumeSaga:
+    async def test_resume_refuses_the_approved_call_once_a_call_failed(self) -> None:
+        """`aresume_saga` on an MCP saga with a failed call refuses the wire and compensates.
+
+        The failure was journaled by an earlier request; resuming reads it, refuses the
+        approved IRREVERSIBLE call with the core's `SagaStateError`, undoes the reservation
+        and ends the saga, so a later call over MCP is refused too.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("p6"))
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("p6"))
+            await client.call_tool("ship_order", {"address": "x"}, meta=meta("p6"))
+            sagacity.approve("p6", approver="alice@ops")
+            resumed = await sagacity.aresume_saga("p6")
+            late = await client.call_tool("send_wire_transfer", WIRE, meta=meta("p6"))
+
+        assert resumed.outcome is SagaOutcome.COMPENSATED
+        assert isinstance(resumed.error, SagaStateError)
+        assert str(resumed.error) == (
+            "saga 'p6': a call has failed, so the saga will be compensated; IRREVERSIBLE tool "
+            "'send_wire_transfer' is not run. "
+            "Run it in a new saga if it is still wanted"
+        )
+        assert [e[0] for e in shop.events] == [
+            "reserve_inventory",
+            "ship_order",
+            "release_inventory",
+        ]
+        assert text(late).startswith("tool 'send_wire_transfer': saga 'p6' ended COMPENSATED")
+
+    async def test_resume_runs_the_approved_call_and_ends_the_saga(self) -> None:
+        """Without a failed call, `aresume_saga` runs the approved wire once and ends COMPLETED.
+
+        The saga is ended: a call sent over MCP afterwards is refused and does not run.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("send_wire_transfer", WIRE, meta=meta("p7"))
+            sagacity.approve("p7", approver="alice@ops")
+            resumed = await sagacity.aresume_saga("p7")
+            late = await client.call_tool(
+                "reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("p7")
+            )
+
+        assert (resumed.outcome, resumed.value) == (SagaOutcome.COMPLETED, "wire-100.00-ACME-IBAN")
+        assert shop.events == [("send_wire_transfer", "100.00", "ACME-IBAN")]
+        assert text(late).startswith("tool 'reserve_inventory': saga 'p7' ended COMPLETED")
 
 
 class TestApprovalWithCallId:

@@ -24,6 +24,7 @@ from sagacity.integrations.mcp import (
     request_end_saga,
 )
 from tests.integrations.mcp._shop import (
+    Branch,
     Warehouse,
     check_calls,
     meta,
@@ -43,6 +44,13 @@ UNDO = {
     ),
     "ship": Compensate(tool="cancel_shipment"),
     "slow_label": Compensate(tool="release", args=lambda call_input, result: {"reservation": ""}),
+}
+
+BRANCH_UNDO = {
+    "reserve": Compensate(
+        tool="release", args=lambda call_input, result: {"reservation": text(result)}
+    ),
+    "ship": Compensate(tool="cancel_shipment"),
 }
 
 
@@ -239,6 +247,52 @@ class TestApproval:
             assert upstream.calls == [("wire", ("100", "ACME"))]
             assert ended.outcome == "COMPLETED"
 
+    async def test_after_a_failure_the_core_refuses_the_approved_call(self) -> None:
+        """After a failed call, an approved IRREVERSIBLE call is refused and never forwarded.
+
+        The refusal is the core's own check, its message passed to the client as an
+        is_error result; the saga then ends COMPENSATED with nothing left waiting.
+        """
+        async with connected() as (upstream, client_of_upstream):
+            sagacity = Sagacity.from_url("memory://")
+            proxy = await mcp_proxy(sagacity, client_of_upstream, UNDO)
+            wire = {"amount": "100", "to": "ACME"}
+            async with Client(proxy) as client:
+                await client.call_tool("wire", wire, meta=meta("f"))
+                sagacity.approve("f", approver="alice@ops")
+                await client.call_tool("ship", {"address": "y"}, meta=meta("f"))
+                refused = await client.call_tool("wire", wire, meta=meta("f"))
+                ended = await request_end_saga(client, "f")
+
+        assert refused.is_error
+        assert text(refused) == (
+            "tool 'wire': saga 'f': a call has failed, so the saga will be compensated; "
+            "IRREVERSIBLE tool 'wire' is not run. "
+            "Run it in a new saga if it is still wanted"
+        )
+        assert upstream.calls == [("ship", "y")]
+        assert (ended.outcome, ended.pending) == ("COMPENSATED", [])
+
+    async def test_resume_saga_forwards_the_approved_call_through_the_bound_connection(
+        self,
+    ) -> None:
+        """`aresume_saga` runs an approved proxied call outside any request, once.
+
+        It goes through the connection the proxy bound, with the stored input, and ends
+        the saga COMPLETED with the upstream's result.
+        """
+        async with connected() as (upstream, client_of_upstream):
+            sagacity = Sagacity.from_url("memory://")
+            proxy = await mcp_proxy(sagacity, client_of_upstream, UNDO)
+            async with Client(proxy) as client:
+                await client.call_tool("wire", {"amount": "7", "to": "ACME"}, meta=meta("rs"))
+            sagacity.approve("rs", approver="alice@ops")
+            resumed = await sagacity.aresume_saga("rs")
+
+        assert resumed.outcome is SagaOutcome.COMPLETED
+        assert text(resumed.value) == "wire-7-ACME"
+        assert upstream.calls == [("wire", ("7", "ACME"))]
+
 
 class TestParallel:
     async def test_parallel_forwarding_and_an_upstream_timeout(self) -> None:
@@ -322,6 +376,69 @@ class TestReconnect:
         assert sagacity.history("z")[0].tool_name == "east_check_stock"
 
 
+class TestTwoUpstreams:
+    async def test_each_proxy_reaches_its_own_upstream(self) -> None:
+        """Two upstreams that give the same server name: each proxy reaches its own.
+
+        While alice's connection is open, a proxy of bob's server under the same journal
+        names is refused, and alice's proxy still answers "alice". With a prefix, each proxy
+        forwards to its own upstream, and a saga spanning both, ended through bob's proxy,
+        undoes each reservation on the upstream that made it.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        alice, bob = Branch("alice"), Branch("bob")
+        async with Client(alice.server) as to_alice, Client(bob.server) as to_bob:
+            alices = await mcp_proxy(sagacity, to_alice, BRANCH_UNDO)
+            with pytest.raises(ConfigurationError, match="bound to another open connection"):
+                await mcp_proxy(sagacity, to_bob, BRANCH_UNDO)
+            bobs = await mcp_proxy(sagacity, to_bob, BRANCH_UNDO, prefix="bob.")
+            async with Client(alices) as via_alice, Client(bobs) as via_bob:
+                answers = [
+                    text(await via.call_tool("whoami", {}, meta=meta("two")))
+                    for via in (via_alice, via_bob)
+                ]
+                await via_alice.call_tool("reserve", {"sku": "A"}, meta=meta("two"))
+                await via_bob.call_tool("reserve", {"sku": "B"}, meta=meta("two"))
+                await via_alice.call_tool("ship", {"address": "x"}, meta=meta("two"))
+                ended = await request_end_saga(via_bob, "two")
+
+        assert answers == ["alice", "bob"]
+        assert (ended.outcome, ended.compensated) == (
+            "COMPENSATED",
+            ["bob_reserve#1", "reserve#1", "bob_whoami#1", "whoami#1"],
+        )
+        assert alice.calls == [
+            ("whoami", None),
+            ("reserve", "A"),
+            ("ship", "x"),
+            ("release", "alice-A"),
+        ]
+        assert bob.calls == [("whoami", None), ("reserve", "B"), ("release", "bob-B")]
+
+    async def test_a_proxy_whose_connection_closed_sends_nothing_elsewhere(self) -> None:
+        """A proxy whose upstream connection closed refuses calls; they reach no other upstream.
+
+        Building the proxy again on a new connection re-binds the journaled tools, but the
+        old proxy, still served, does not forward through the new connection: its call is
+        refused by name, and nothing is sent or journaled.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        alice, bob = Branch("alice"), Branch("bob")
+        async with Client(alice.server) as to_alice:
+            alices = await mcp_proxy(sagacity, to_alice, BRANCH_UNDO)
+        async with Client(bob.server) as to_bob, Client(alices) as via_alice:
+            await mcp_proxy(sagacity, to_bob, BRANCH_UNDO)
+            stale = await via_alice.call_tool("whoami", {}, meta=meta("stale"))
+
+        assert stale.is_error
+        assert text(stale) == (
+            "tool 'whoami': this proxy's connection to upstream server 'warehouse' is closed; "
+            "nothing was sent or journaled. Build the proxy again on an open connection"
+        )
+        assert (alice.calls, bob.calls) == ([], [])
+        assert sagacity.history("stale") == []
+
+
 class TestCompensateLater:
     async def test_compensating_from_another_event_loop_is_refused_then_retried(self) -> None:
         """`Sagacity.compensate` runs async compensations on a fresh event loop.
@@ -346,3 +463,32 @@ class TestCompensateLater:
         assert sent_meanwhile == [("reserve", ("A", 1)), ("ship", "y")]
         assert here.outcome is SagaOutcome.COMPENSATED
         assert upstream.calls[-1] == ("release", "res-A-1")
+
+    async def test_compensating_through_a_closed_connection_names_it(self) -> None:
+        """An undo whose connection has closed is refused by name, and retried once rebuilt.
+
+        Nothing is sent; the saga is COMPENSATION_FAILED until the proxy is built again on
+        a new connection and the saga compensated again through it.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        first, second = Warehouse(), Warehouse()
+        async with Client(first.server) as old_connection:
+            proxy = await mcp_proxy(sagacity, old_connection, UNDO)
+            async with Client(proxy) as client:
+                await client.call_tool("reserve", {"sku": "A", "qty": 1}, meta=meta("gone"))
+                await client.call_tool("ship", {"address": "y"}, meta=meta("gone"))
+        closed = await sagacity.acompensate("gone")
+        async with Client(second.server) as new_connection:
+            await mcp_proxy(sagacity, new_connection, UNDO)
+            retried = await sagacity.acompensate("gone")
+
+        assert closed.outcome is SagaOutcome.COMPENSATION_FAILED
+        assert closed.compensation is not None
+        assert str(closed.compensation.failed[0].error) == (
+            "ConfigurationError: tool 'reserve': the connection to upstream server "
+            "'warehouse' is closed, so nothing was sent; build the proxy again on an open "
+            "connection (await mcp_proxy(...)) and retry"
+        )
+        assert first.calls == [("reserve", ("A", 1)), ("ship", "y")]
+        assert retried.outcome is SagaOutcome.COMPENSATED
+        assert second.calls == [("release", "res-A-1")]

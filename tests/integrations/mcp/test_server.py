@@ -18,6 +18,7 @@ from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import INVALID_PARAMS, URL_ELICITATION_REQUIRED, ElicitRequestURLParams
 
 from sagacity import (
+    CompensationContext,
     Phase,
     Sagacity,
     SagaOutcome,
@@ -197,6 +198,80 @@ class TestSwallowedFailure:
 
         assert (ended.outcome, ended.compensated) == ("COMPLETED", [])
         assert [e[0] for e in shop.events] == ["reserve_inventory", "charge_card"]
+
+
+class Slots:
+    """A booking that fails on its first attempt and succeeds when retried."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.cancelled: list[Any] = []
+
+    @compensable(by="cancel")
+    def book(self, slot: str) -> str:
+        """Book a delivery slot."""
+        self.attempts += 1
+        if self.attempts == 1:
+            raise RuntimeError("slot service answered 500")
+        return f"booked-{slot}"
+
+    def cancel(self, ctx: CompensationContext) -> None:
+        """Cancel a booked slot."""
+        self.cancelled.append(ctx.result)
+
+
+class TestEndReadsTheJournal:
+    async def test_a_failed_attempt_retried_with_success_still_compensates(self) -> None:
+        """A call that failed and then succeeded on a retry under its call id still fails the saga.
+
+        Every attempt counts, as in `Sagacity.saga`: ending compensates, and the retried
+        booking is undone.
+        """
+        sagacity, slots = Sagacity.from_url("memory://"), Slots()
+        async with Client(mcp_server(sagacity, slots)) as client:
+            first = await client.call_tool("book", {"slot": "7"}, meta=meta("r1", "tc-1"))
+            retried = await client.call_tool("book", {"slot": "7"}, meta=meta("r1", "tc-1"))
+            ended = await request_end_saga(client, "r1")
+
+        assert (first.is_error, text(retried)) == (True, "booked-7")
+        assert (ended.outcome, ended.compensated) == ("COMPENSATED", ["tc-1"])
+        assert slots.cancelled == ["booked-7"]
+        assert [e.phase.name for e in sagacity.history("r1")] == [
+            "INTENT",
+            "FAILED",
+            "INTENT",
+            "EXECUTED",
+            "COMPENSATED",
+            "ENDED",
+        ]
+
+    async def test_an_intent_left_without_outcome_is_in_doubt_and_compensates(self) -> None:
+        """An INTENT with no outcome, as a crashed server leaves it, makes ending compensate.
+
+        Nothing of the saga runs any more, so the call may or may not have run: it is listed
+        in doubt and never undone, while the call that did run is undone.
+        """
+        sagacity, shop = Sagacity.from_url("memory://"), Shop()
+        async with Client(mcp_server(sagacity, shop)) as client:
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("c1"))
+            sagacity.journal.append(
+                "c1",
+                Phase.INTENT,
+                tool_name="charge_card",
+                call_id="toolu_crashed",
+                payload={
+                    "input": {"amount": "5", "card": "4242"},
+                    "reversibility": "COMPENSATABLE",
+                },
+            )
+            ended = await request_end_saga(client, "c1")
+
+        assert (ended.outcome, ended.compensated, ended.in_doubt) == (
+            "COMPENSATED",
+            ["reserve_inventory#1"],
+            ["toolu_crashed"],
+        )
+        assert shop.events == [("reserve_inventory", "A", 1), ("release_inventory", "res-A-1")]
 
 
 class TestSagaAcrossRequests:

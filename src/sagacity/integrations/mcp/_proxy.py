@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import re
@@ -119,6 +120,16 @@ async def mcp_proxy(
     | any other (MCP defaults: destructive, not   | IRREVERSIBLE   | nothing: approval  |
     | idempotent)                                 |                |                    |
 
+    Annotations are the upstream's own claims, trusted only as far as the upstream is: a
+    tool that says `readOnlyHint: true` runs without approval. List a tool of an upstream
+    you do not trust in `irreversible` to make it wait for approval whatever it says.
+
+    Each proxy forwards the calls it handles through its own `upstream`. Building a proxy
+    again with the same `sagacity` re-binds the journaled tools, so compensations (and
+    `resume_saga` running an approved call) go through the newest connection; while the
+    earlier connection is still open, an upstream whose tools get the same journal names
+    is refused: give it another `prefix`.
+
     Args:
         sagacity: Journals the calls and runs the compensations.
         upstream: A connected `mcp.Client`; calls and compensations are sent through it.
@@ -132,7 +143,8 @@ async def mcp_proxy(
 
     Raises:
         ConfigurationError: A configured name is not an upstream tool, a tool is both
-            compensated and irreversible, or two tools map to one journal name.
+            compensated and irreversible, two tools map to one journal name, or a journal
+            name is taken by another upstream server or another open connection.
     """
     listed = await _list_tools(upstream)
     compensations = dict(compensations or {})
@@ -142,14 +154,9 @@ async def mcp_proxy(
     )
     sagacity.add_classifier(classify_mcp_error)
     server_name = upstream.server_info.name if upstream.server_info is not None else None
-    # Every name is checked before any is re-bound: a refused proxy changes nothing.
-    proxies = [
-        (tool, _proxied(sagacity, _journal_name(prefix, tool.name), tool.name, server_name))
-        for tool in listed
-    ]
+    connection = _Upstream(upstream, asyncio.get_running_loop(), server_name)
     tools: dict[str, SagaTool] = {}
-    for tool, proxied in proxies:
-        proxied.bind(upstream, tool, compensations.get(tool.name))
+    for tool, proxied in _bind(sagacity, prefix, listed, connection, compensations):
         if tool.name in compensations:
             declared = compensations[tool.name]
             compensable(by=proxied.undo, reversibility=declared.reversibility, name=proxied.name)(
@@ -166,7 +173,7 @@ async def mcp_proxy(
                 proxied.forward
             )
         (tools[tool.name],) = sagacity.wrap(proxied.forward)
-    return _ProxyServer(sagacity, listed, tools, saga_of or saga_from_meta).server(
+    return _ProxyServer(sagacity, listed, tools, saga_of or saga_from_meta, connection).server(
         name or "sagacity-proxy"
     )
 
@@ -224,34 +231,89 @@ def _journal_name(prefix: str, tool_name: str) -> str:
     return f"_{name}" if not name.isidentifier() else name
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Upstream:
+    """One connection to an upstream server, and the event loop that opened it."""
+
+    client: Client
+    loop: asyncio.AbstractEventLoop
+    server_name: str | None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether calls can still be sent: the client's context is entered, its loop alive."""
+        if self.loop.is_closed():
+            return False
+        try:
+            return self.client.session is not None
+        except RuntimeError:  # the client's `async with` has exited
+            return False
+
+
+_serving: contextvars.ContextVar[_Upstream | None] = contextvars.ContextVar(
+    "sagacity_mcp_proxy_upstream", default=None
+)
+"""The connection of the proxy handling the `tools/call` running in this context."""
+
+
 class _ProxiedTool:
     """One upstream tool as journaled: a forwarding function and its undo, made once.
 
     Made once per Sagacity and journal name, so that building the proxy again (after
     the upstream reconnects) re-wraps the same functions and points them at the new
-    connection, instead of clashing with the tools wrapped the first time.
+    connection, instead of clashing with the tools wrapped the first time. A call that
+    a proxy handles is forwarded through that proxy's own connection; the latest binding
+    serves what runs outside any proxy's call: compensations, and `resume_saga` running
+    an approved call with its stored input.
     """
 
     def __init__(self, name: str, upstream_name: str, server_name: str | None) -> None:
         self.name = name
         self.upstream_name = upstream_name
         self.server_name = server_name
-        self.client: Client | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.upstream: _Upstream | None = None
         self.compensate: Compensate | None = None
         self.forward = self._forwarding_function()
         self.undo = self._undoing_function()
 
-    def bind(self, client: Client, tool: Tool, compensate: Compensate | None) -> None:
-        self.client = client
-        self.loop = asyncio.get_running_loop()
+    def refuse_rebinding(self, upstream_name: str, upstream: _Upstream) -> None:
+        """Refuse to point this journal name at another tool, server or open connection.
+
+        Raises:
+            ConfigurationError: The name stands for another upstream tool or server, or
+                is bound to another connection that is still open.
+        """
+        if self.upstream_name != upstream_name or (
+            upstream.server_name is not None
+            and self.server_name is not None
+            and self.server_name != upstream.server_name
+        ):
+            raise ConfigurationError(
+                f"mcp_proxy: journal name {self.name!r} already stands for tool "
+                f"{self.upstream_name!r} of server {self.server_name!r}; give this upstream "
+                "another prefix=..."
+            )
+        bound = self.upstream
+        if bound is not None and bound.client is not upstream.client and bound.is_open:
+            # Both servers may call themselves the same: only the connection tells them
+            # apart, and a compensation run outside any call could not pick the right one.
+            raise ConfigurationError(
+                f"mcp_proxy: journal name {self.name!r} is bound to another open connection "
+                f"(to server {bound.server_name!r}) by an earlier proxy of this Sagacity, and "
+                "calls journaled under one name, and their compensations, must reach one "
+                "upstream. Give this upstream another prefix=..., pass the same Client to "
+                "both proxies, or close the first connection before building the proxy again"
+            )
+
+    def bind(self, upstream: _Upstream, tool: Tool, compensate: Compensate | None) -> None:
+        self.upstream = upstream
         self.compensate = compensate
         self.forward.__doc__ = tool.description
 
-    def _connected(self) -> Client:
-        if self.client is None:  # pragma: no cover - bound before it is wrapped
+    def _client(self, upstream: _Upstream | None) -> Client:
+        if upstream is None:  # pragma: no cover - bound before it is wrapped
             raise ConfigurationError(f"tool {self.name!r} is not bound to an upstream server")
-        if asyncio.get_running_loop() is not self.loop:
+        if asyncio.get_running_loop() is not upstream.loop:
             # An MCP connection belongs to the event loop that opened it; from another
             # one (Sagacity.compensate runs async compensations on a fresh loop) the
             # call would fail or hang instead of reaching the upstream.
@@ -260,11 +322,18 @@ class _ProxiedTool:
                 "compensate from that loop: await end_saga(...) or await "
                 "Sagacity.acompensate(...)"
             )
-        return self.client
+        if not upstream.is_open:
+            raise ConfigurationError(
+                f"tool {self.name!r}: the connection to upstream server "
+                f"{upstream.server_name!r} is closed, so nothing was sent; build the proxy "
+                "again on an open connection (await mcp_proxy(...)) and retry"
+            )
+        return upstream.client
 
     def _forwarding_function(self) -> Callable[..., Any]:
         async def forward(**arguments: Any) -> CallToolResult:
-            result = await self._connected().call_tool(self.upstream_name, arguments)
+            client = self._client(_serving.get() or self.upstream)
+            result = await client.call_tool(self.upstream_name, arguments)
             if result.is_error:
                 raise UpstreamToolError(self.upstream_name, result)
             return result
@@ -285,7 +354,7 @@ class _ProxiedTool:
             else:
                 result = CallToolResult.model_validate(context.result)
                 arguments = dict(compensate.args(dict(context.input), result))
-            outcome = await self._connected().call_tool(compensate.tool, arguments)
+            outcome = await self._client(self.upstream).call_tool(compensate.tool, arguments)
             if outcome.is_error:
                 raise UpstreamToolError(compensate.tool, outcome)
 
@@ -299,25 +368,41 @@ _proxied_tools: weakref.WeakKeyDictionary[Sagacity, dict[str, _ProxiedTool]] = (
 )
 
 
-def _proxied(
-    sagacity: Sagacity, name: str, upstream_name: str, server_name: str | None
-) -> _ProxiedTool:
+def _bind(
+    sagacity: Sagacity,
+    prefix: str,
+    listed: list[Tool],
+    upstream: _Upstream,
+    compensations: Mapping[str, Compensate],
+) -> list[tuple[Tool, _ProxiedTool]]:
+    """Point each listed tool's journal name at `upstream`, after checking every one.
+
+    Raises:
+        ConfigurationError: Two tools map to one journal name, or a name is refused by
+            `_ProxiedTool.refuse_rebinding`; nothing is bound then.
+    """
+    named = [(_journal_name(prefix, tool.name), tool) for tool in listed]
+    seen: dict[str, str] = {}
+    for name, tool in named:
+        if name in seen:
+            raise ConfigurationError(
+                f"mcp_proxy: upstream tools {seen[name]!r} and {tool.name!r} are both journaled "
+                f"as {name!r}; rename one of them on the upstream server"
+            )
+        seen[name] = tool.name
     with _proxied_lock:
         known = _proxied_tools.setdefault(sagacity, {})
-        found = known.get(name)
-        if found is None:
-            found = known[name] = _ProxiedTool(name, upstream_name, server_name)
-        elif found.upstream_name != upstream_name or (
-            server_name is not None
-            and found.server_name is not None
-            and found.server_name != server_name
-        ):
-            raise ConfigurationError(
-                f"mcp_proxy: journal name {name!r} already stands for tool "
-                f"{found.upstream_name!r} of server {found.server_name!r}; give this upstream "
-                "another prefix=... (or, within one server, rename one of the tools)"
-            )
-        return found
+        for name, tool in named:
+            if name in known:
+                known[name].refuse_rebinding(tool.name, upstream)
+        bound: list[tuple[Tool, _ProxiedTool]] = []
+        for name, tool in named:
+            proxied = known.get(name)
+            if proxied is None:
+                proxied = known[name] = _ProxiedTool(name, tool.name, upstream.server_name)
+            proxied.bind(upstream, tool, compensations.get(tool.name))
+            bound.append((tool, proxied))
+        return bound
 
 
 class _ProxyServer:
@@ -329,11 +414,13 @@ class _ProxyServer:
         listed: list[Tool],
         tools: dict[str, SagaTool],
         saga_of: SagaOf,
+        upstream: _Upstream,
     ) -> None:
         self.sagacity = sagacity
         self.listed = listed
         self.tools = tools
         self.saga_of = saga_of
+        self.upstream = upstream
         self.sagas = open_sagas(sagacity)
         self.schemas = {tool.name: tool.input_schema for tool in listed}
         self.output_schemas = {tool.name: tool.output_schema for tool in listed}
@@ -365,19 +452,28 @@ class _ProxyServer:
         tool = self.tools.get(params.name)
         if tool is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
+        if not self.upstream.is_open:
+            return error_result(
+                f"tool {params.name!r}: this proxy's connection to upstream server "
+                f"{self.upstream.server_name!r} is closed; nothing was sent or journaled. "
+                "Build the proxy again on an open connection"
+            )
         arguments = dict(params.arguments or {})
         try:
             saga_id = self.saga_of(ctx, params)
             call_id = call_id_from_meta(params)
         except ValueError as error:
             return error_result(f"tool {params.name!r}: {error}")
-        if saga_id is None:
-            return await self._run(tool, params.name, arguments, None)
+        token = _serving.set(self.upstream)  # forwarded through this proxy's connection
         try:
+            if saga_id is None:
+                return await self._run(tool, params.name, arguments, None)
             with self.sagas.tool_call(saga_id, call_id) as call:
                 return await self._run(tool, params.name, arguments, call)
         except SagacityError as error:  # raised on entering: the saga has ended
             return error_result(f"tool {params.name!r}: {error}")
+        finally:
+            _serving.reset(token)
 
     async def _run(
         self, tool: SagaTool, name: str, arguments: dict[str, Any], call: ToolCall | None
@@ -386,7 +482,6 @@ class _ProxyServer:
             if call is None:
                 value = await tool.ainvoke((), arguments)
             else:
-                call.refuse_if_failed(tool)
                 value = await tool.ainvoke(
                     (),
                     arguments,

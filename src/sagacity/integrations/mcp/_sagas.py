@@ -21,20 +21,22 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 
+# No public API opens a saga's scope for one request while the saga stays open across
+# requests, as `Sagacity.saga` does for one call of its work: the scope, its context
+# variable and the journal index below are internal, used in this module only.
 from sagacity._history import SagaHistory
 from sagacity._scope import SagaScope, _scope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import SagacityError, SagaNotFoundError, SagaStateError
 from sagacity.integrations.mcp._wire import (
-    END_METHOD,
     SAGA_ID_META,
     EndSagaParams,
     EndSagaResult,
 )
-from sagacity.journal import JsonValue, Phase, sha256_hex
+from sagacity.journal import sha256_hex
 from sagacity.saga import Sagacity, SagaOutcome, SagaResult
-from sagacity.tools import FailureKind, SagaTool, awaiting_approval_message
+from sagacity.tools import SagaTool, awaiting_approval_message
 
 __all__ = [
     "OpenSagas",
@@ -94,25 +96,6 @@ class ToolCall:
                     return waiting
             return self.saga.next_call_id(tool.name)
 
-    def refuse_if_failed(self, tool: SagaTool) -> None:
-        """Refuse an IRREVERSIBLE call in a saga that a failed call will compensate.
-
-        `Sagacity.saga` compensates a failed saga as soon as its work returns, so an
-        IRREVERSIBLE call after the failure never runs there. Over MCP the saga stays
-        open until it is ended; running the call now would leave an effect that nothing
-        undoes while the rest of the saga is undone.
-
-        Raises:
-            SagaStateError: The saga has a failed call and `tool` is IRREVERSIBLE.
-        """
-        if tool.reversibility is Reversibility.IRREVERSIBLE and self.saga.scope.failed:
-            saga_id = self.saga.scope.saga_id
-            raise SagaStateError(
-                f"saga {saga_id!r} has a failed call and will be compensated when it ends; "
-                f"IRREVERSIBLE tool {tool.name!r} is not run in it. End the saga "
-                f"({END_METHOD}) and start a new one"
-            )
-
     def approval_needed(self, request: ApprovalRequest) -> str:
         """The `on_approval_needed` handler: note the request, answer the waiting text."""
         self.awaiting = request
@@ -153,11 +136,12 @@ class _OpenSaga:
         return f"{tool_name}#{number}"
 
     def waiting_call(self, tool_name: str, input_sha256: str) -> str | None:
-        """The call id of an open approval request of this tool: same input first, then newest."""
-        waiting = [e for e in self.scope.history.open_requests() if e.tool_name == tool_name]
+        """The call id of a stored approval request of this tool: same input first, then newest."""
+        scope = self.scope
+        waiting = [r for r in scope.owner.pending(scope.saga_id) if r.tool_name == tool_name]
         if not waiting:
             return None
-        same = [e for e in waiting if _payload(e.payload).get("input_sha256") == input_sha256]
+        same = [r for r in waiting if r.input_sha256 == input_sha256]
         return (same or waiting)[-1].call_id
 
 
@@ -209,7 +193,10 @@ class OpenSagas:
                     f"saga {saga_id!r} ended {saga.scope.history.outcome} at seq {ended.seq}; "
                     "a saga id is used once: start a new saga"
                 )
-            if _failed(saga.scope.history, open_intents=False):
+            # A call that failed in an earlier request fails the saga: the core then
+            # refuses IRREVERSIBLE calls in it, as it does once a call of `Sagacity.saga`
+            # work has failed.
+            if saga.scope.history.has_failed_call():
                 saga.scope.failed = True
         except BaseException:
             self._leave(saga_id, saga)
@@ -243,7 +230,7 @@ class OpenSagas:
                 self._ending.discard(saga_id)
 
     async def _end(self, saga_id: str) -> SagaResult:
-        history = SagaHistory.of(saga_id, self.sagacity.journal.entries(saga_id))
+        history = SagaHistory.of(saga_id, self.sagacity.history(saga_id))
         if not history.entries:
             raise SagaNotFoundError(
                 f"saga {saga_id!r} has no journal entries: no journaled call carried it in "
@@ -251,7 +238,9 @@ class OpenSagas:
             )
         if history.ended is not None:
             return SagaResult(saga_id=saga_id, outcome=SagaOutcome(history.outcome))
-        if _failed(history, open_intents=True):
+        # No call of the saga runs in this process now, so an INTENT without an outcome
+        # is in doubt: like a failure, it makes the saga compensate (and is never undone).
+        if history.has_failed_call() or any(c.outcome is None for c in history.calls.values()):
             return await self.sagacity.acompensate(saga_id)
         pending = self.sagacity.pending(saga_id)
         if pending:
@@ -263,30 +252,6 @@ class OpenSagas:
 
 async def _nothing() -> None:
     """The work of a saga ended over MCP: its calls ran in earlier requests."""
-
-
-def _failed(history: SagaHistory, *, open_intents: bool) -> bool:
-    """Whether a call failed, or may have: what makes `Sagacity.saga` compensate.
-
-    With `open_intents`, an INTENT without an outcome counts: nothing of the saga runs
-    now in this process, so it is in doubt. Without, it may be a call still running.
-    """
-    for call in history.calls.values():
-        if call.outcome is None:
-            if open_intents:
-                return True
-            continue
-        kind = _payload(call.outcome.payload).get("kind")
-        if call.outcome.phase is Phase.FAILED and kind in (
-            FailureKind.FAILURE.value,
-            FailureKind.OUTCOME_UNKNOWN.value,
-        ):
-            return True
-    return False
-
-
-def _payload(payload: JsonValue) -> dict[str, Any]:
-    return payload if isinstance(payload, dict) else {}
 
 
 _registry_lock = threading.Lock()

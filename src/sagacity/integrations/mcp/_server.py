@@ -167,7 +167,6 @@ def tool_function(tool: SagaTool) -> Callable[..., Any]:
             try:
                 if call is None:
                     return await journaled.ainvoke(args, kwargs)
-                call.refuse_if_failed(journaled)
                 return await journaled.ainvoke(
                     args,
                     kwargs,
@@ -185,7 +184,6 @@ def tool_function(tool: SagaTool) -> Callable[..., Any]:
         try:
             if call is None:
                 return journaled.invoke(args, kwargs)
-            call.refuse_if_failed(journaled)
             return journaled.invoke(
                 args,
                 kwargs,

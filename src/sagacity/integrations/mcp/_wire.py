@@ -55,7 +55,7 @@ SAGA_ID_META = "sagacity/saga_id"
 CALL_ID_META = "sagacity/call_id"
 """The `_meta` key of a `tools/call` that names the call (a stable idempotency key)."""
 APPROVAL_META = "sagacity/approval"
-"""The `_meta` key of a result whose call waits for approval: request id, call id, hash."""
+"""The `_meta` key of a result whose call waits for approval: `ApprovalRequest.to_json()`."""
 END_METHOD = "sagacity/end"
 """The request method that ends a saga: params `{"sagaId": ...}`."""
 EXTENSION_ID = "sagacity/saga"
@@ -185,20 +185,16 @@ def awaiting_result(
     the text too when the tool's output schema holds a string (`{"result": text}` for
     the schema MCP derives from `-> str`). A tool whose output schema cannot hold the
     text gets it as an `is_error` result instead: clients check a normal result against
-    the output schema, and would reject it. Either way `_meta["sagacity/approval"]` tells
-    a host which call to send again once a human has approved it.
+    the output schema, and would reject it. Either way `_meta["sagacity/approval"]` holds
+    the request (`ApprovalRequest.to_json()`: its id, call id, tool, input and hash), so
+    a host can show it to a human and knows which call to send again once approved.
 
     Args:
         request: The approval request the call waits on.
         produced: What MCP made of the text returned in the tool's place, if it did.
         output_schema: The tool's output schema, when nothing was produced.
     """
-    approval: dict[str, Any] = {
-        "request_id": request.request_id,
-        "call_id": request.call_id,
-        "tool": request.tool_name,
-        "input_sha256": request.input_sha256,
-    }
+    approval = request.to_json()
     if produced is not None and not produced.is_error:
         meta = {**(produced.meta or {}), APPROVAL_META: approval}
         return produced.model_copy(update={"meta": meta})
