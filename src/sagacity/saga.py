@@ -426,7 +426,12 @@ class Sagacity:
         not a failure that compensates it.
         """
         request = self._approved_for_resume(saga_id, request_id)
-        tool = self.tool(request.tool_name)
+        tool = self._tools.get(request.tool_name)
+        if tool is None:
+            raise ConfigurationError(
+                f"saga {saga_id!r}: tool {request.tool_name!r} is not wrapped by this Sagacity; "
+                "wrap it with Sagacity.wrap, or resume with the framework's own resume as `work`"
+            )
         try:
             tool.input_of((), request.input)
         except (TypeError, SerializationError) as error:

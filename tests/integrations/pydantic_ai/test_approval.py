@@ -18,6 +18,7 @@ from sagacity import (
     ApprovalHashMismatchError,
     ApprovalMissingError,
     ApprovalRejectedError,
+    ConfigurationError,
     Sagacity,
     SagaOutcome,
     verify,
@@ -92,16 +93,19 @@ class TestNativePause:
         ]
         [request] = sagacity.pending("payout-1")
         assert output.metadata["call-w"]["sagacity"] == {
-            "saga_id": "payout-1",
             "request_id": request.request_id,
-            "tool_name": "send_wire",
+            "saga_id": "payout-1",
+            "seq": 1,
             "call_id": "call-w",
+            "tool_name": "send_wire",
             "input": WIRE,
             "input_sha256": WIRE_SHA256,
             "reason": "send_wire is IRREVERSIBLE: Send a wire transfer: money that cannot be "
             "called back.",
+            "requested_at": request.requested_at.isoformat(),
             "expires_at": None,
         }
+        assert output.metadata["call-w"]["sagacity"] == request.to_json()
         assert journal_of(sagacity, "payout-1") == PAUSED
         assert shop.calls == []
 
@@ -161,6 +165,39 @@ class TestApprovedResume:
         assert [phase for phase, _, _ in journal_of(sagacity, "close-1")] == [
             phase for phase, _, _ in RESUMED
         ]
+
+    async def test_run_context_tool_resumed_without_work_stays_open(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A tool taking RunContext is not resumed without work: the saga stays open.
+
+        There is no RunContext to call it with, so `aresume_saga` without work raises
+        ConfigurationError before anything runs; nothing is compensated, the approval is not
+        used up, and the native resume then runs the call once.
+        """
+        shop = OrderTools()
+        model = ScriptedModel([call("delete_account", "call-d", account="acme")], "Deleted.")
+        agent = agent_with(model, saga_toolset(sagacity, shop), deferred=True)
+        first = await sagacity.asaga("close-2", lambda: agent.run("Close acme."))
+        sagacity.approve("close-2", approver="bob@ops")
+
+        with pytest.raises(ConfigurationError, match=r"'close-2'.*'delete_account'.*as `work`"):
+            await sagacity.aresume_saga("close-2")
+
+        assert shop.calls == []
+        assert [phase for phase, _, _ in journal_of(sagacity, "close-2")] == [
+            "AWAITING_APPROVAL",
+            "APPROVED",
+        ]
+        result = await sagacity.aresume_saga(
+            "close-2",
+            lambda: agent.run(
+                message_history=first.value.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals={"call-d": True}),
+            ),
+        )
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert shop.calls == [("delete_account", {"account": "acme"})]
 
     async def test_approval_and_resume_in_other_processes(self, sqlite_url: str) -> None:
         """Approval and resume may happen in other processes than the pause.

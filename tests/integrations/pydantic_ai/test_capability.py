@@ -87,8 +87,9 @@ class TestForeignTools:
         """Each tool of another toolset is journaled as the policy says.
 
         Read-only: not journaled. Given a compensation: undone with the exact input and result.
-        Unlisted: journaled, and left dirty (COMPENSATION_FAILED) when the saga fails. A
-        saga_toolset tool under the capability is journaled once, as declared.
+        Unlisted, with `unlisted=COMPENSATABLE`: journaled, and left dirty
+        (COMPENSATION_FAILED) when the saga fails. A saga_toolset tool under the capability
+        is journaled once, as declared.
         """
         desk, shop = Helpdesk(), OrderTools()
         model = ScriptedModel(
@@ -103,7 +104,7 @@ class TestForeignTools:
             model,
             desk.toolset(),
             saga_toolset(sagacity, shop),
-            capabilities=[capability(sagacity, desk)],
+            capabilities=[capability(sagacity, desk, unlisted=Reversibility.COMPENSATABLE)],
         )
 
         result = await sagacity.asaga("desk-1", lambda: agent.run("Handle ticket 42."))
@@ -147,7 +148,7 @@ class TestForeignTools:
         FAILED and the saga compensates.
         """
         desk = Helpdesk()
-        saga = capability(sagacity, desk)
+        saga = capability(sagacity, desk, unlisted=Reversibility.COMPENSATABLE)
         recover = RecoverToolErrors()
         model = ScriptedModel(
             [call("send_email", "c-1", to="ann@example.com", body="hi")],
@@ -172,7 +173,8 @@ class TestForeignTools:
     ) -> None:
         """An IRREVERSIBLE tool of another toolset pauses and runs once approved.
 
-        It pauses natively like a wrapped one and runs once, after sagacity's approval.
+        It pauses natively like a wrapped one and runs once, after sagacity's approval, when
+        the run is resumed natively: without work the resume is refused and nothing runs.
         """
         desk = Helpdesk()
         model = ScriptedModel([call("transfer_funds", "c-1", amount="90.00")], "Moved.")
@@ -187,6 +189,9 @@ class TestForeignTools:
         )
 
         sagacity.approve("desk-3", approver="carol@ops")
+        with pytest.raises(ConfigurationError, match="'transfer_funds'"):
+            await sagacity.aresume_saga("desk-3")  # sagacity has no function to call
+        assert desk.calls == []
         result = await sagacity.aresume_saga(
             "desk-3",
             lambda: agent.run(
@@ -205,20 +210,24 @@ class TestForeignTools:
             "ENDED",
         ]
 
-    async def test_unlisted_irreversible_makes_every_unlisted_tool_wait(
-        self, sagacity: Sagacity
-    ) -> None:
-        """`unlisted=IRREVERSIBLE` fails closed: a tool nobody declared waits for approval."""
+    async def test_unlisted_tools_wait_for_approval_by_default(self, sagacity: Sagacity) -> None:
+        """By default an unlisted tool is IRREVERSIBLE: a tool nobody declared waits for approval.
+
+        It has no compensation, so the core's rule applies: it must not run unapproved.
+        """
         desk = Helpdesk()
         model = ScriptedModel([call("close_ticket", "c-1", ticket=3)])
-        saga = capability(sagacity, desk, unlisted=Reversibility.IRREVERSIBLE)
-        agent = agent_with(model, desk.toolset(), capabilities=[saga], deferred=True)
+        agent = agent_with(
+            model, desk.toolset(), capabilities=[SagaCapability(sagacity)], deferred=True
+        )
 
         result = await sagacity.asaga("desk-4", lambda: agent.run("go"))
 
         assert result.outcome is SagaOutcome.AWAITING_APPROVAL
         assert desk.calls == []
         assert journal_of(sagacity, "desk-4") == [("AWAITING_APPROVAL", "close_ticket", "c-1")]
+        assert result.pending[0].reason == "close_ticket is IRREVERSIBLE: Close a support ticket."
+        assert JournalPolicy(memory_sagacity()).unlisted is Reversibility.IRREVERSIBLE
 
     async def test_policy_names_are_the_names_the_model_calls(self, sagacity: Sagacity) -> None:
         """The policy's names are the names the model calls.
@@ -227,7 +236,11 @@ class TestForeignTools:
         and journaled by their prefixed names.
         """
         desk = Helpdesk()
-        saga = SagaCapability(sagacity, compensations={"desk_send_email": desk.recall_email})
+        saga = SagaCapability(
+            sagacity,
+            compensations={"desk_send_email": desk.recall_email},
+            unlisted=Reversibility.COMPENSATABLE,
+        )
         model = ScriptedModel(
             [call("desk_send_email", "c-1", to="ann@example.com", body="hi")],
             [call("desk_close_ticket", "c-2", ticket=-5)],
@@ -251,7 +264,10 @@ class TestForeignTools:
         """`SagaToolset` with a `JournalPolicy` puts just one toolset under the saga."""
         desk = Helpdesk()
         policy = JournalPolicy(
-            sagacity, compensations={"send_email": desk.recall_email}, read_only=["lookup_order"]
+            sagacity,
+            compensations={"send_email": desk.recall_email},
+            read_only=["lookup_order"],
+            unlisted=Reversibility.COMPENSATABLE,
         )
         model = ScriptedModel(
             [call("lookup_order", "c-1", order="o-1")],
@@ -291,10 +307,18 @@ class TestJournalPolicy:
         with pytest.raises(ConfigurationError, match="no arguments or one CompensationContext"):
             SagaCapability(memory_sagacity(), compensations={"send_email": recall})
 
-    def test_a_compensated_name_must_be_an_identifier(self) -> None:
-        """Compensations are kept under identifier names: the error says how to rename."""
-        with pytest.raises(ConfigurationError, match=r"toolset\.renamed"):
-            JournalPolicy(memory_sagacity(), compensations={"send-email": lambda: None})
+    def test_a_compensated_name_must_be_a_sagacity_tool_name(self) -> None:
+        """Compensations are kept under sagacity tool names: the error says how to rename.
+
+        MCP allows '/' in a name, sagacity does not; '-' and '.' are fine.
+        """
+        with pytest.raises(ConfigurationError, match=r"'mail/send'.*toolset\.renamed"):
+            JournalPolicy(memory_sagacity(), compensations={"mail/send": lambda: None})
+
+        policy = JournalPolicy(memory_sagacity(), compensations={"send-email.v2": lambda: None})
+        tool = policy.tool_for("send-email.v2", ToolDefinition(name="send-email.v2"))
+        assert tool is not None
+        assert tool.reversibility is Reversibility.COMPENSATABLE
 
     def test_building_the_capability_again_keeps_its_compensation(self) -> None:
         """A second capability with the same compensation is fine; another is refused.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import warnings
 from typing import Any
 
 import pytest
@@ -78,6 +79,16 @@ SWALLOWING = {
 the outcome the model is shown)."""
 
 
+def current_loop() -> asyncio.AbstractEventLoop | None:
+    """This thread's current event loop, as PydanticAI's `run_sync` finds it; None if unset."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return asyncio.get_event_loop()
+    except RuntimeError:
+        return None
+
+
 class TestSwallowedFailure:
     @pytest.mark.parametrize("config", SWALLOWING.keys())
     async def test_swallowed_failure_compensates_in_reverse_order(
@@ -110,21 +121,25 @@ class TestSwallowedFailure:
         """`agent.run_sync` inside `Sagacity.saga` compensates the same way.
 
         The saga reaches the tools through PydanticAI's own event loop, and the async refund
-        runs too.
+        runs too, on a loop of its own: the loop `run_sync` keeps for reuse is still this
+        thread's current loop afterwards.
         """
         shop = OrderTools()
         agent = agent_with(ScriptedModel(*ORDER), saga_toolset(sagacity, shop))
-        loops: list[asyncio.AbstractEventLoop] = []
+        kept: list[asyncio.AbstractEventLoop] = []
 
         def work() -> Any:
             output = agent.run_sync("Ship two SKU-1.")
-            loops.append(asyncio.get_event_loop())  # the loop run_sync keeps for reuse
+            kept.append(current_loop())
             return output
 
-        result = sagacity.saga("order-2", work)
-        # The walk runs the async refund with asyncio.run, which unsets the thread's loop
-        # when it ends: close run_sync's loop here rather than leave it to the collector.
-        loops[0].close()
+        try:
+            result = sagacity.saga("order-2", work)
+            assert current_loop() is kept[0]
+        finally:
+            # run_sync leaves its loop as the thread's current one; the next test's loop
+            # would orphan it, unclosed.
+            kept[0].close()
 
         assert result.outcome is SagaOutcome.COMPENSATED
         assert journal_of(sagacity, "order-2") == JOURNAL

@@ -24,10 +24,11 @@ class SagaCapability(AbstractCapability[AgentDepsT]):
     It wraps the agent's assembled toolset (all but output tools) in a `SagaToolset`
     through `get_wrapper_toolset`, so calls are journaled below every capability hook and
     a failure another capability recovers with `on_tool_execute_error` still fails the
-    saga. Tools from `saga_toolset` keep their declarations; every other tool is
-    journaled by the name the model calls it by, as `compensations`, `irreversible`,
-    `read_only` and `unlisted` say (see `JournalPolicy`). Build it once per Sagacity:
-    the compensations are registered with it.
+    saga. Tools from `saga_toolset`, and any name `Sagacity.wrap` declared, keep their
+    declarations; every other tool is journaled by the name the model calls it by, as
+    `compensations`, `irreversible`, `read_only` and `unlisted` say (see `JournalPolicy`):
+    a tool named nowhere is IRREVERSIBLE and waits for approval. Build it once per
+    Sagacity: the compensations are registered with it.
     """
 
     sagacity: Sagacity
@@ -39,9 +40,11 @@ class SagaCapability(AbstractCapability[AgentDepsT]):
     irreversible: Collection[str] = dataclasses.field(default=(), kw_only=True)
     """IRREVERSIBLE tools of other toolsets: each call waits for approval."""
     read_only: Collection[str] = dataclasses.field(default=(), kw_only=True)
-    """Tools of other toolsets that change nothing: not journaled."""
-    unlisted: Reversibility = dataclasses.field(default=Reversibility.COMPENSATABLE, kw_only=True)
-    """The reversibility every other tool is journaled with (it has no compensation)."""
+    """Tools of other toolsets that change nothing: called straight through, not journaled.
+    Only the name is checked, so it is trusted as far as the toolset behind it is."""
+    unlisted: Reversibility = dataclasses.field(default=Reversibility.IRREVERSIBLE, kw_only=True)
+    """The reversibility every other tool is journaled with (it has no compensation):
+    IRREVERSIBLE, each call waiting for approval, unless set otherwise."""
     policy: JournalPolicy = dataclasses.field(init=False, repr=False, compare=False)
     """The policy built from the fields above."""
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import re
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NoReturn
@@ -11,10 +13,10 @@ from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
-from sagacity._scope import current_call
+from sagacity._scope import SagaScope, current_scope
 from sagacity.annotations import Reversibility, compensable
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ConfigurationError
+from sagacity.errors import ConfigurationError, SagaStateError
 from sagacity.integrations.pydantic_ai._classify import classify_exception
 from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
@@ -28,13 +30,23 @@ metadata of the `ApprovalRequired` it raises."""
 
 _COMPENSATION_ATTRIBUTE = "__sagacity_pydantic_ai_compensation__"
 
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""The tool names `Sagacity.wrap` accepts."""
+
+_handed_down: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "sagacity_pydantic_ai_handed_down", default=None
+)
+"""The argument dict of the call a SagaToolset journals and hands down to the toolset it
+wraps: the very object, as every call has a dict of its own."""
+
 
 class JournalPolicy:
     """Which tools of a toolset are journaled, and how.
 
-    Tools wrapped by `Sagacity.wrap` are journaled as they were declared. Any other tool
-    (an MCP server's, a plain function toolset's) is known only by the name the agent
-    calls it by, so its reversibility and compensation are given here.
+    Tools wrapped by `Sagacity.wrap` are journaled as they were declared, whether they are
+    given here or only share the name the agent calls them by. Any other tool (an MCP
+    server's, a plain function toolset's) is known only by that name, so its
+    reversibility and compensation are given here; a tool given nothing is IRREVERSIBLE.
 
     Args:
         sagacity: The Sagacity whose sagas the calls are journaled in.
@@ -44,15 +56,17 @@ class JournalPolicy:
         irreversible: Other tools that are IRREVERSIBLE: every call waits for a human's
             approval of its exact input.
         read_only: Other tools that change nothing: called straight through, not journaled.
-        unlisted: The reversibility every other tool is journaled with. Such a tool has no
-            compensation: when its saga fails, the walk records COMPENSATION_FAILED for it
-            and the saga ends COMPENSATION_FAILED, naming it as still dirty. IRREVERSIBLE
-            makes every unlisted tool wait for approval.
+            The name is all that is checked: whatever the toolset runs under it is trusted
+            to change nothing. A name `Sagacity.wrap` declared is journaled all the same.
+        unlisted: The reversibility every other tool is journaled with; IRREVERSIBLE (the
+            default) makes each of its calls wait for a human's approval. Such a tool has
+            no compensation: with COMPENSATABLE, a failed saga records COMPENSATION_FAILED
+            for it and ends COMPENSATION_FAILED, naming it as still dirty.
 
     Raises:
         ConfigurationError: A tool is named twice, a compensation has the wrong signature,
-            a name with a compensation is not a Python identifier, or the Sagacity already
-            has a tool of that name with another compensation.
+            a name with a compensation is not a valid sagacity tool name, or the Sagacity
+            already has a tool of that name with another compensation.
     """
 
     def __init__(
@@ -63,7 +77,7 @@ class JournalPolicy:
         compensations: Mapping[str, Callable[..., Any]] | None = None,
         irreversible: Collection[str] = (),
         read_only: Collection[str] = (),
-        unlisted: Reversibility = Reversibility.COMPENSATABLE,
+        unlisted: Reversibility = Reversibility.IRREVERSIBLE,
     ) -> None:
         tools = list(tools)
         self.sagacity = sagacity
@@ -71,7 +85,9 @@ class JournalPolicy:
         self.token = uuid.uuid4().hex[:16]
         """Tells this policy's marks in tool metadata from those of another SagaToolset."""
         self._journaled: dict[str, SagaTool] = {}
-        """Journaled tools by name: the declared ones now, the others on their first call."""
+        """The tools given by `tools`, by name."""
+        self._built: dict[tuple[str, Reversibility], SagaTool] = {}
+        """The journaled tools of the other names, built on their first call."""
         self._reversibility: dict[str, Reversibility] = {}
         """The declared reversibility of tools not wrapped by `Sagacity.wrap`."""
         self._read_only = frozenset(read_only)
@@ -108,14 +124,30 @@ class JournalPolicy:
         sagacity.add_classifier(classify_exception)
 
     def tool_for(self, name: str, tool_def: ToolDefinition) -> SagaTool | None:
-        """The journaled tool a call of `name` runs through; None for a read-only tool."""
-        if name in self._read_only:
-            return None
+        """The journaled tool a call of `name` runs through; None for a read-only tool.
+
+        In order: a tool given by `tools`; a name given a compensation or declared
+        IRREVERSIBLE here; a tool of this name wrapped by the Sagacity (its reversibility,
+        and its compensation, which the walk finds by name); a read-only name; `unlisted`.
+        """
         found = self._journaled.get(name)
+        if found is not None:
+            return found
+        description = tool_def.description or ""
+        reversibility = self._reversibility.get(name)
+        if reversibility is None:
+            wrapped = _wrapped(self.sagacity, name)
+            if wrapped is not None:
+                reversibility = wrapped.reversibility
+                description = wrapped.description or description
+            elif name in self._read_only:
+                return None
+            else:
+                reversibility = self.unlisted
+        found = self._built.get((name, reversibility))
         if found is None:
-            reversibility = self._reversibility.get(name, self.unlisted)
-            found = _journaled_tool(self.sagacity, name, tool_def.description or "", reversibility)
-            self._journaled[name] = found
+            found = _journaled_tool(self.sagacity, name, description, reversibility)
+            self._built[name, reversibility] = found
         return found
 
     def mark(self, name: str, tool_def: ToolDefinition) -> dict[str, JsonValue]:
@@ -144,12 +176,30 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
     `DeferredToolResults`, sagacity's own check decides whether the call runs:
     PydanticAI's `tool_call_approved` is never trusted alone.
 
-    A tool that a SagaToolset further in already journals is passed through untouched,
-    so `saga_toolset` and `SagaCapability` may be combined.
+    A tool that a SagaToolset further in journals (its metadata says so) is passed
+    through untouched, and so is a call that a SagaToolset further out is journaling
+    (it hands down the very argument dict it journaled), so `saga_toolset` and
+    `SagaCapability` may be combined: each call is journaled once.
+
+    A run that begins inside a saga calls its tools only while that saga's work runs: a
+    call made after the work returned (a streamed run consumed later) raises
+    `SagaStateError` and does not run.
     """
 
     policy: JournalPolicy
     """Which tools are journaled, and how."""
+    _opened_in: SagaScope | None = dataclasses.field(
+        default=None, init=False, repr=False, compare=False
+    )
+    """The saga open when the run began: a run started in a saga calls tools only in it."""
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
+        """This toolset for one run, bound to the saga open where the run begins."""
+        return _bound(await super().for_run(ctx), current_scope())
+
+    async def for_run_step(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
+        """This toolset for one step of the run, bound to the same saga."""
+        return _bound(await super().for_run_step(ctx), self._opened_in)
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         """The wrapped toolset's tools, each marked with how it is journaled."""
@@ -163,12 +213,24 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         ctx: RunContext[AgentDepsT],
         tool: ToolsetTool[AgentDepsT],
     ) -> Any:
-        """Call the tool through the wrapped toolset, journaled in the open saga."""
-        journaled = self._journaled(name, ctx, tool)
+        """Call the tool through the wrapped toolset, journaled in the open saga.
+
+        Raises:
+            SagaStateError: The run began inside a saga whose work has returned (a streamed
+                run consumed after it): the tool is not run, as no saga would journal it.
+        """
+        opened = self._opened_in
+        if opened is not None and current_scope() is not opened:
+            raise SagaStateError(
+                f"saga {opened.saga_id!r}: the agent run began inside it, but tool {name!r} "
+                "was called after its work returned, so the call is not run. Consume a "
+                "streamed run (run_stream, iter) inside the saga's work"
+            )
+        journaled = self._journaled(name, tool_args, tool)
         if journaled is None:
             return await super().call_tool(name, tool_args, ctx, tool)
         return await journaled.ainvoke(
-            (_FrameworkCall(self.wrapped, name, ctx, tool),),
+            (_FrameworkCall(self.wrapped, name, tool_args, ctx, tool),),
             tool_args,
             call_id=ctx.tool_call_id,
             on_approval_needed=_pause_natively,
@@ -184,15 +246,28 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         )
 
     def _journaled(
-        self, name: str, ctx: RunContext[AgentDepsT], tool: ToolsetTool[AgentDepsT]
+        self, name: str, tool_args: dict[str, Any], tool: ToolsetTool[AgentDepsT]
     ) -> SagaTool | None:
+        if _handed_down.get() is tool_args:
+            # A SagaToolset further out journals this very call. The dict's identity, not
+            # the call id, tells: an agent run inside a tool may reuse the running call's
+            # id, and its calls are journaled (the core refuses an id used twice).
+            return None
         mark = (tool.tool_def.metadata or {}).get(METADATA_KEY)
         if isinstance(mark, dict) and mark.get("policy") != self.policy.token:
-            return None  # a SagaToolset further in journals it
-        running = current_call()
-        if running is not None and running.call_id == ctx.tool_call_id:
-            return None  # a SagaToolset further out journals this call already
+            # The SagaToolset that marked it journals it: one further in, or one further
+            # out that marked it again because a toolset between dropped this one's mark.
+            return None
         return self.policy.tool_for(name, tool.tool_def)
+
+
+def _bound(toolset: AbstractToolset[Any], scope: SagaScope | None) -> AbstractToolset[Any]:
+    """`toolset`, or a copy of it, bound to `scope` if it is a SagaToolset."""
+    if not isinstance(toolset, SagaToolset) or toolset._opened_in is scope:
+        return toolset
+    bound = dataclasses.replace(toolset)
+    bound._opened_in = scope
+    return bound
 
 
 def saga_toolset(sagacity: Sagacity, *sources: object, **options: Any) -> SagaToolset[Any]:
@@ -225,27 +300,37 @@ def saga_toolset(sagacity: Sagacity, *sources: object, **options: Any) -> SagaTo
 class _FrameworkCall:
     """The wrapped toolset's own call of one tool: what a journaled call runs."""
 
-    __slots__ = ("ctx", "name", "tool", "toolset")
+    __slots__ = ("ctx", "name", "tool", "tool_args", "toolset")
 
     def __init__(
         self,
         toolset: AbstractToolset[Any],
         name: str,
+        tool_args: dict[str, Any],
         ctx: RunContext[Any],
         tool: ToolsetTool[Any],
     ) -> None:
         self.toolset = toolset
         self.name = name
+        self.tool_args = tool_args
         self.ctx = ctx
         self.tool = tool
 
-    async def __call__(self, tool_args: dict[str, Any]) -> Any:
-        return await self.toolset.call_tool(self.name, tool_args, self.ctx, self.tool)
+    async def __call__(self) -> Any:
+        token = _handed_down.set(self.tool_args)
+        try:
+            return await self.toolset.call_tool(self.name, self.tool_args, self.ctx, self.tool)
+        finally:
+            _handed_down.reset(token)
 
 
 async def _through_framework(call: _FrameworkCall, /, **tool_args: Any) -> Any:
-    """Run the call the way PydanticAI would: sync tools in a worker thread, timeouts, ctx."""
-    return await call(tool_args)
+    """Run the call the way PydanticAI would: sync tools in a worker thread, timeouts, ctx.
+
+    `tool_args` is what is journaled; the call passes on the dict it was given, equal to
+    it, whose identity tells a SagaToolset further in that this call is journaled.
+    """
+    return await call()
 
 
 def _journaled_tool(
@@ -269,16 +354,15 @@ def _pause_natively(request: ApprovalRequest) -> NoReturn:
 
 def _approval_metadata(request: ApprovalRequest) -> dict[str, JsonValue]:
     """What an approver is shown in `DeferredToolRequests.metadata[tool_call_id]["sagacity"]`."""
-    return {
-        "saga_id": request.saga_id,
-        "request_id": request.request_id,
-        "tool_name": request.tool_name,
-        "call_id": request.call_id,
-        "input": request.input,
-        "input_sha256": request.input_sha256,
-        "reason": request.reason,
-        "expires_at": None if request.expires_at is None else request.expires_at.isoformat(),
-    }
+    return request.to_json()
+
+
+def _wrapped(sagacity: Sagacity, name: str) -> SagaTool | None:
+    """The tool `Sagacity.wrap` declared under `name`, if there is one."""
+    try:
+        return sagacity.tool(name)
+    except ConfigurationError:
+        return None
 
 
 def _register_compensation(sagacity: Sagacity, name: str, compensation: Callable[..., Any]) -> None:
@@ -288,16 +372,13 @@ def _register_compensation(sagacity: Sagacity, name: str, compensation: Callable
     the PydanticAI toolset. Declaring the same compensation again (a second agent, a
     copy of the capability) is a no-op.
     """
-    if not name.isidentifier():
+    if not _TOOL_NAME.fullmatch(name):
         raise ConfigurationError(
             f"PydanticAI tool {name!r} is given a compensation, but sagacity keeps "
-            "compensations under tool names that are Python identifiers; expose the tool "
-            f"under another name with toolset.renamed({{'new_name': {name!r}}})"
+            "compensations under tool names of 1 to 64 letters, digits, '_', '-' or '.'; "
+            f"expose the tool under another name with toolset.renamed({{'new_name': {name!r}}})"
         )
-    try:
-        existing: SagaTool | None = sagacity.tool(name)
-    except ConfigurationError:
-        existing = None
+    existing = _wrapped(sagacity, name)
     if existing is not None:
         if getattr(existing.func, _COMPENSATION_ATTRIBUTE, None) == compensation:
             return
