@@ -87,7 +87,8 @@ def main() -> None:
             )
         )
         # For a real model, replace the scripted one with (needs langchain-openai):
-        # model = langchain.chat_models.init_chat_model("openai:gpt-4.1")
+        # from langchain.chat_models import init_chat_model
+        # model = init_chat_model("openai:gpt-4.1")
         agent = create_agent(
             model,
             tools,

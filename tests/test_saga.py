@@ -238,6 +238,20 @@ class TestSagaStates:
         assert shop.calls["reserve_inventory"] == 0
         assert [e.phase for e in sagacity.history("s")] == [Phase.ENDED]
 
+    def test_a_generator_returned_by_the_work_is_refused(self) -> None:
+        """Work that returns an unread generator fails with a TypeError; the generator never runs."""
+        sagacity = memory_sagacity()
+        shop = Shop()
+        tools = tools_of(sagacity, shop)
+
+        def stream() -> Any:
+            yield tools["reserve_inventory"]("SKU-1")
+
+        result = sagacity.saga("s", stream)
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert "work returned a stream (generator) that was never read" in str(result.error)
+        assert shop.calls["reserve_inventory"] == 0
+
     def test_a_retried_failure_still_compensates_after_a_crash(self, sagacity: Sagacity) -> None:
         """A call that failed, then succeeded on retry, fails the saga when it is re-opened too."""
         shop = Shop()

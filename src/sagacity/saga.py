@@ -517,7 +517,7 @@ class Sagacity:
                 f"saga {scope.saga_id!r}: work returned a coroutine; run async work with "
                 "`await sagacity.asaga(...)`"
             )
-        return value, None
+        return _unconsumed_stream(scope, value)
 
     @staticmethod
     async def _run_async(
@@ -528,12 +528,12 @@ class Sagacity:
             outcome = work()
             if inspect.isawaitable(outcome):
                 outcome = await outcome
-            return outcome, None
         except Exception as error:
             return None, error
         finally:
             _scope.reset(token)
             scope.close()
+        return _unconsumed_stream(scope, outcome)
 
     def _finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
@@ -665,6 +665,22 @@ def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> Sag
         return asyncio.run(coroutine)
     coroutine.close()
     raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
+
+
+def _unconsumed_stream(scope: SagaScope, value: Any) -> tuple[Any, Exception | None]:
+    """Refuse a generator returned by the work: read later, its calls would run unjournaled.
+
+    A lazy stream (LangGraph's `graph.stream()`, say) runs in the reader's context, where
+    no saga is open. Closed before it started, it has run nothing.
+    """
+    if inspect.isgenerator(value) or inspect.isasyncgen(value):
+        if inspect.isgenerator(value):
+            value.close()  # an async generator that never started needs no closing
+        return None, TypeError(
+            f"saga {scope.saga_id!r}: work returned a stream ({type(value).__name__}) that was "
+            "never read; consume it inside the work, e.g. `lambda: list(graph.stream(...))`"
+        )
+    return value, None
 
 
 def _function_of(func: Callable[..., Any]) -> Any:

@@ -506,6 +506,12 @@ class _Call:
         if self.tool.reversibility is not Reversibility.IRREVERSIBLE:
             return None
         with self.scope.lock:
+            if self.scope.closed:  # asking would journal a request after the saga ended
+                raise SagaStateError(
+                    f"saga {self.scope.saga_id!r}: its work returned before tool "
+                    f"{self.tool.name!r} was called, so no approval is asked. Consume a "
+                    "streamed run inside the work"
+                )
             prior = self.scope.history.latest_call.get(self.call_id)
             if prior is not None and prior.executed:
                 return None

@@ -125,17 +125,24 @@ class TestApprovalPause:
         assert agent.interrupts() == [
             {
                 "kind": APPROVAL_INTERRUPT,
-                "saga_id": "wire-1",
-                "tool_name": "send_wire_transfer",
-                "call_id": "call-9",
                 "request_id": request.request_id,
+                "saga_id": "wire-1",
+                "seq": 1,
+                "call_id": "call-9",
+                "tool_name": "send_wire_transfer",
                 "input": WIRE_INPUT,
                 "input_sha256": WIRE_SHA256,
                 "reason": request.reason,
+                "requested_at": request.requested_at.isoformat(),
                 "expires_at": None,
                 "refused": None,
             }
         ]
+        assert agent.interrupts()[0] == {
+            "kind": APPROVAL_INTERRUPT,
+            **request.to_json(),
+            "refused": None,
+        }
         assert [i.id for i in result.value["__interrupt__"]] == [
             i.id for i in agent.graph.get_state(agent.config).interrupts
         ]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "langchain_agent.py"
 
@@ -46,3 +48,28 @@ class TestExample:
             "  5 ENDED",
         ]
         assert done.stderr == ""
+
+    def test_the_real_model_comment_imports_what_it_calls(self) -> None:
+        """The commented lines for a real model import the function they call.
+
+        The imports are run; the model is not built (that needs a provider package).
+        """
+        after = EXAMPLE.read_text().split("# For a real model", 1)[1].splitlines()[1:]
+        lines: list[str] = []
+        for line in after:
+            if not line.strip().startswith("# "):
+                break
+            lines.append(line.strip()[2:])
+        *imports, model_line = lines
+        namespace: dict[str, Any] = {}
+        for line in imports:
+            exec(compile(line, str(EXAMPLE), "exec"), namespace)
+
+        call = ast.parse(model_line).body[0]
+        assert isinstance(call, ast.Assign)
+        assert isinstance(call.value, ast.Call)
+        called = call.value.func
+        while isinstance(called, ast.Attribute):
+            called = called.value
+        assert isinstance(called, ast.Name)
+        assert callable(namespace.get(called.id))

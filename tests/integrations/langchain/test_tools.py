@@ -21,6 +21,7 @@ from langgraph.types import Command, interrupt
 
 from sagacity import (
     CompensationContext,
+    ConfigurationError,
     FailureKind,
     NoSagaError,
     Sagacity,
@@ -170,6 +171,50 @@ class TestWhatTheModelSees:
         assert tool.name == "write_note"
 
 
+class TestSagaToolSources:
+    def test_saga_tools_from_wrap_are_accepted_in_place(self) -> None:
+        """SagaTools already wrapped by the same Sagacity are taken as they are, in order.
+
+        Other sources given with them are wrapped; the calls are journaled as usual.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        shop = OrderTools()
+        wrapped = sagacity.wrap(shop)
+
+        tools = langchain_tools(sagacity, write_note, *wrapped)
+
+        assert [t.name for t in tools] == ["write_note", *[t.name for t in wrapped]]
+        by_name = {t.name: t for t in tools}
+        result = sagacity.saga(
+            "order-1",
+            lambda: by_name["reserve_inventory"].invoke(
+                tool_call("reserve_inventory", "call-1", sku="A", qty=2)
+            ),
+        )
+        assert result.value.content == "res-A-2"
+        assert shop.ran == [("reserve_inventory", ("A", 2))]
+        assert [(e.phase.name, e.call_id) for e in sagacity.history("order-1")][:2] == [
+            ("INTENT", "call-1"),
+            ("EXECUTED", "call-1"),
+        ]
+
+    def test_a_saga_tool_of_another_sagacity_is_refused(self) -> None:
+        """A SagaTool wrapped by another Sagacity is refused, naming the tool."""
+        other = Sagacity.from_url("memory://")
+        (foreign,) = other.wrap(write_note)
+
+        with pytest.raises(ConfigurationError, match="tool 'write_note' was wrapped by another"):
+            langchain_tools(Sagacity.from_url("memory://"), foreign)
+
+    def test_a_tool_given_twice_is_refused(self) -> None:
+        """Two tools of one name are refused, as `Sagacity.wrap` refuses them."""
+        sagacity = Sagacity.from_url("memory://")
+        (tool,) = sagacity.wrap(write_note)
+
+        with pytest.raises(ConfigurationError, match="two tools are named 'write_note'"):
+            langchain_tools(sagacity, tool, write_note)
+
+
 class TestCallId:
     def test_the_tool_call_id_is_the_call_id(self) -> None:
         """The framework's tool_call_id is journaled and is what `current_call()` returns."""
@@ -267,6 +312,46 @@ class TestOutsideASaga:
         assert shop.ran == []
 
 
+class TestStreamedRuns:
+    def test_a_stream_consumed_inside_the_work_is_journaled(self) -> None:
+        """`graph.stream` consumed inside the work journals its calls like `invoke`."""
+        sagacity = Sagacity.from_url("memory://")
+        shop = OrderTools()
+        model = scripted(calls(tool_call("charge_card", "call-1", amount_cents=500)), "ok")
+        agent = prebuilt_agent(model, langchain_tools(sagacity, shop), swallow=False)
+
+        result = sagacity.saga(
+            "stream-1", lambda: list(agent.stream({"messages": [HumanMessage("pay")]}))
+        )
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert [(e.phase.name, e.call_id) for e in sagacity.history("stream-1")] == [
+            ("INTENT", "call-1"),
+            ("EXECUTED", "call-1"),
+            ("ENDED", None),
+        ]
+
+    def test_a_stream_returned_unread_by_the_work_is_refused(self) -> None:
+        """A stream the work returns unread is closed and fails the saga: nothing runs.
+
+        Read after the work returned, it would run outside the saga, unjournaled.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        shop = OrderTools()
+        model = scripted(calls(tool_call("charge_card", "call-1", amount_cents=500)), "ok")
+        agent = prebuilt_agent(model, langchain_tools(sagacity, shop), swallow=False)
+
+        result = sagacity.saga(
+            "stream-1", lambda: agent.stream({"messages": [HumanMessage("pay")]})
+        )
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert isinstance(result.error, TypeError)
+        assert "work returned a stream (generator) that was never read" in str(result.error)
+        assert shop.ran == []
+        assert [e.phase.name for e in sagacity.history("stream-1")] == ["ENDED"]
+
+
 class AskingTools:
     """A tool that asks the user a question itself, with LangGraph's `interrupt()`."""
 
@@ -295,10 +380,12 @@ class TestControlFlow:
         assert sagacity.classify(RuntimeError("boom")) is FailureKind.FAILURE
         assert classify_langgraph_error(RuntimeError("boom")) is None
 
-    def test_an_interrupt_inside_a_tool_passes_through(self) -> None:
-        """A tool's own `interrupt()` pauses the graph; it is journaled as control flow.
+    def test_an_interrupt_inside_a_tool_suspends_the_saga_until_resumed(self) -> None:
+        """A tool's own `interrupt()` pauses the graph and leaves the saga SUSPENDED.
 
-        The saga does not compensate, and the graph waits with the tool's own question.
+        It is journaled as control flow: nothing is compensated, and the graph waits with
+        the tool's own question. `resume_saga` with LangGraph's `Command(resume=...)` runs
+        the tool again under the same call id, and the saga ends COMPLETED.
         """
         sagacity = Sagacity.from_url("memory://")
         tools = AskingTools()
@@ -312,15 +399,29 @@ class TestControlFlow:
             "ask-1", lambda: agent.invoke({"messages": [HumanMessage("ship")]}, config)
         )
 
+        assert result.outcome is SagaOutcome.SUSPENDED
         assert result.compensation is None
         assert tools.undone == []
         assert [i.value for i in agent.get_state(config).interrupts] == [
             {"question": "Ship to 1 Main St?"}
         ]
-        intent, failed = sagacity.history("ask-1")[:2]
+        intent, failed = sagacity.history("ask-1")
         assert (intent.phase.name, failed.phase.name) == ("INTENT", "FAILED")
         assert failed.payload["kind"] == "control_flow"
         assert failed.payload["error"]["type"] == "GraphInterrupt"
+
+        resumed = sagacity.resume_saga("ask-1", lambda: agent.invoke(Command(resume="yes"), config))
+
+        assert resumed.outcome is SagaOutcome.COMPLETED
+        assert [(e.phase.name, e.call_id) for e in sagacity.history("ask-1")] == [
+            ("INTENT", "call-4"),
+            ("FAILED", "call-4"),
+            ("INTENT", "call-4"),
+            ("EXECUTED", "call-4"),
+            ("ENDED", None),
+        ]
+        assert sagacity.history("ask-1")[3].payload == {"result": "confirmed: yes"}
+        assert tools.undone == []
 
 
 class TestImportGuard:

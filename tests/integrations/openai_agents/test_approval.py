@@ -10,14 +10,16 @@ from typing import Any
 
 import pytest
 from agents import Agent, ModelBehaviorError, Runner, RunResult, RunState
-from agents.testing import ScriptedModel, assistant_message
+from agents.testing import ScriptedModel, assistant_message, function_call
 
 from sagacity import (
     ApprovalHashMismatchError,
     ApprovalMissingError,
+    Reversibility,
     Sagacity,
     SagaOutcome,
     SagaResult,
+    compensable,
     verify,
 )
 from sagacity.integrations.openai_agents import function_tools
@@ -379,6 +381,75 @@ class TestRejected:
         assert waiting.value.final_output == "done"
         assert rejected.outcome is SagaOutcome.COMPENSATED
         assert orders.log == ["reserve SKU-1 x1", "release res-SKU-1-1"]
+
+
+class Ledger:
+    """An IRREVERSIBLE tool whose arguments may all be left out."""
+
+    def __init__(self) -> None:
+        self.closed: list[str] = []
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def close_books(self, period: str = "current") -> str:
+        """Close the books of an accounting period; it cannot be reopened."""
+        self.closed.append(period)
+        return f"closed {period}"
+
+
+class TestUnreadableArguments:
+    @pytest.mark.parametrize("arguments", ["", "   ", "{bad", "[1]"])
+    async def test_the_sdk_interrupts_without_asking_sagacity(
+        self, sagacity: Sagacity, arguments: str
+    ) -> None:
+        """Arguments that are not a JSON object make the SDK interrupt on its own.
+
+        The SDK does not ask the approval policy: sagacity journals nothing, holds no
+        request, and the saga ends COMPLETED while the run lists the interruption.
+        """
+        ledger = Ledger()
+        model = ScriptedModel(
+            [[function_call("close_books", arguments, call_id="c1")], [assistant_message("ok")]]
+        )
+        agent = agent_with(model, function_tools(sagacity, ledger))
+
+        result = await sagacity.asaga("books-1", lambda: Runner.run(agent, "close the books"))
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert result.pending == []
+        assert [item.raw_item.call_id for item in result.value.interruptions] == ["c1"]
+        assert phases(sagacity.history("books-1")) == [("ENDED", None, None)]
+        assert ledger.closed == []
+
+    async def test_empty_arguments_approved_in_the_sdk_wait_for_sagacity(
+        self, sagacity: Sagacity
+    ) -> None:
+        """Approved in the SDK only, a call with empty arguments still waits for sagacity.
+
+        The SDK runs it with `{}`; in a new saga sagacity journals AWAITING_APPROVAL and
+        tells the model, and the call runs once after `Sagacity.approve`.
+        """
+        ledger = Ledger()
+        model = ScriptedModel(
+            [[function_call("close_books", "", call_id="c1")], [assistant_message("ok")]]
+        )
+        agent = agent_with(model, function_tools(sagacity, ledger))
+        first = await sagacity.asaga("books-1", lambda: Runner.run(agent, "close the books"))
+        state = first.value.to_state()
+        state.approve(first.value.interruptions[0])
+
+        held = await sagacity.asaga("books-2", lambda: Runner.run(agent, state))
+
+        assert held.outcome is SagaOutcome.AWAITING_APPROVAL
+        assert tool_outputs(model)["c1"].startswith("[AWAITING_APPROVAL] close_books")
+        assert ledger.closed == []
+        (request,) = held.pending
+        assert (request.call_id, request.input) == ("c1", {"period": "current"})
+
+        sagacity.approve("books-2", approver="alice", expected_sha256=request.input_sha256)
+        done = await sagacity.aresume_saga("books-2")
+
+        assert done.outcome is SagaOutcome.COMPLETED
+        assert ledger.closed == ["current"]
 
 
 def _edit_beneficiary(stored: str, beneficiary: str) -> str:

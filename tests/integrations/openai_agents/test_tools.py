@@ -6,6 +6,7 @@ Each call is journaled under the model's tool-call id.
 from __future__ import annotations
 
 import asyncio
+import copy
 import subprocess
 import sys
 import textwrap
@@ -14,8 +15,17 @@ from typing import Annotated, Any
 
 import pydantic
 import pytest
-from agents import FunctionTool, RunContextWrapper, Runner, UserError, function_tool
+from agents import (
+    FunctionTool,
+    RunContextWrapper,
+    Runner,
+    UserError,
+    function_tool,
+    tool_namespace,
+)
 from agents.exceptions import ModelBehaviorError, ToolTimeoutError
+from agents.testing import function_call
+from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
 from sagacity import (
@@ -27,6 +37,7 @@ from sagacity import (
     Reversibility,
     Sagacity,
     SagaOutcome,
+    SagaStateError,
     compensable,
 )
 from sagacity.integrations.openai_agents import (
@@ -308,6 +319,85 @@ class TestFailurePassesThrough:
         assert phases(sagacity.history("bad-1")) == [("ENDED", None, None)]
 
 
+class TestStreamedRuns:
+    async def test_a_streamed_run_consumed_inside_the_work_is_journaled(self) -> None:
+        """`Runner.run_streamed` consumed inside the work journals its calls like `run`."""
+        sagacity = Sagacity.from_url("memory://")
+        orders = Orders()
+        agent = agent_with(
+            scripted([call("reserve_inventory", "c1", sku="SKU-1")]),
+            function_tools(sagacity, orders),
+        )
+
+        async def work() -> None:
+            run = Runner.run_streamed(agent, "go")
+            async for _ in run.stream_events():
+                pass
+
+        result = await sagacity.asaga("stream-1", work)
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert orders.log == ["reserve SKU-1 x1"]
+        assert phases(sagacity.history("stream-1")) == [
+            ("INTENT", "reserve_inventory", "c1"),
+            ("EXECUTED", "reserve_inventory", "c1"),
+            ("ENDED", None, None),
+        ]
+
+    async def test_a_call_of_a_stream_left_unconsumed_is_refused(self) -> None:
+        """A call that starts after the work returned raises SagaStateError and does not run.
+
+        The SDK hands the refusal to the model as a tool error; the saga has ended.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        orders = Orders()
+        received: list[Exception] = []
+
+        def explain(context: RunContextWrapper[Any], error: Exception) -> str:
+            received.append(error)
+            return "refused"
+
+        agent = agent_with(
+            scripted([call("reserve_inventory", "c1", sku="SKU-1")]),
+            function_tools(sagacity, orders, failure_error_function=explain),
+        )
+
+        result = await sagacity.asaga("stream-1", lambda: Runner.run_streamed(agent, "go"))
+        async for _ in result.value.stream_events():
+            pass
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert orders.log == []
+        assert [type(error) for error in received] == [SagaStateError]
+        assert "Consume a streamed run inside the work" in str(received[0])
+        assert phases(sagacity.history("stream-1")) == [("ENDED", None, None)]
+
+    async def test_an_irreversible_call_of_a_stream_left_unconsumed_fails_the_run(
+        self,
+    ) -> None:
+        """The approval policy of a call after the work returned refuses: the run fails.
+
+        Nothing is journaled after ENDED and no request is stored.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        orders = Orders()
+        agent = agent_with(
+            scripted([call("delete_account", "c1", account="acct-1")]),
+            function_tools(sagacity, orders),
+        )
+
+        result = await sagacity.asaga("stream-1", lambda: Runner.run_streamed(agent, "go"))
+        with pytest.raises(UserError) as raised:
+            async for _ in result.value.stream_events():
+                pass
+
+        assert isinstance(raised.value.__cause__, SagaStateError)
+        assert "saga 'stream-1'" in str(raised.value.__cause__)
+        assert orders.calls["delete_account"] == 0
+        assert phases(sagacity.history("stream-1")) == [("ENDED", None, None)]
+        assert sagacity.pending("stream-1") == []
+
+
 class TestOutsideSaga:
     async def test_compensable_tool_runs_straight_through(self) -> None:
         """Without a saga, a compensable tool runs and nothing is journaled."""
@@ -346,6 +436,103 @@ class TestConfiguration:
         sagacity = Sagacity.from_url("memory://")
         ship = {t.name: t for t in sagacity.wrap(Orders())}["ship"]
         assert as_function_tool(ship, needs_approval=True).needs_approval is True
+
+
+class TestSagaToolSources:
+    async def test_saga_tools_from_wrap_are_accepted_in_place(self) -> None:
+        """SagaTools already wrapped by the same Sagacity are taken as they are, in order.
+
+        Other sources given with them are wrapped; the calls are journaled as usual.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        orders = Orders()
+        wrapped = sagacity.wrap(orders)
+
+        tools = function_tools(sagacity, publish, *wrapped)
+
+        assert [t.name for t in tools] == ["publish", *[t.name for t in wrapped]]
+        model = scripted([call("reserve_inventory", "c1", sku="SKU-1")])
+        result = await sagacity.asaga("src-1", lambda: Runner.run(agent_with(model, tools), "go"))
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert orders.log == ["reserve SKU-1 x1"]
+        assert phases(sagacity.history("src-1")) == [
+            ("INTENT", "reserve_inventory", "c1"),
+            ("EXECUTED", "reserve_inventory", "c1"),
+            ("ENDED", None, None),
+        ]
+
+    def test_a_saga_tool_of_another_sagacity_is_refused(self) -> None:
+        """A SagaTool wrapped by another Sagacity is refused, naming the tool."""
+        (foreign,) = Sagacity.from_url("memory://").wrap(publish)
+
+        with pytest.raises(ConfigurationError, match="tool 'publish' was wrapped by another"):
+            function_tools(Sagacity.from_url("memory://"), foreign)
+
+    def test_a_tool_given_twice_is_refused(self) -> None:
+        """Two tools of one name are refused, as `Sagacity.wrap` refuses them."""
+        sagacity = Sagacity.from_url("memory://")
+        (tool,) = sagacity.wrap(publish)
+
+        with pytest.raises(ConfigurationError, match="two tools are named 'publish'"):
+            function_tools(sagacity, tool, publish)
+
+
+@compensable(reversibility=Reversibility.IRREVERSIBLE)
+def wire_abroad(to: str) -> str:
+    """Wire money to a foreign bank."""
+    raise RuntimeError("the bank is down")
+
+
+class TestCopies:
+    async def test_a_copy_handles_failures_with_its_own_failure_function(self) -> None:
+        """A copy of an IRREVERSIBLE tool (as `tool_namespace` makes) fails as the copy.
+
+        The copy's failure function, not the original's, tells the model; the failure
+        is journaled and the saga compensates.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        (tool,) = sagacity.wrap(wire_abroad)
+        original = as_function_tool(tool, failure_error_function=lambda c, e: f"original: {e}")
+        copied = copy.copy(original)
+        set_function_tool_failure_error_function(copied, lambda c, e: f"copy: {e}")
+        model = scripted([call("wire_abroad", "c1", to="ACME")])
+        agent = agent_with(model, [copied])
+        paused = await sagacity.asaga("copy-1", lambda: Runner.run(agent, "pay"))
+        state = paused.value.to_state()
+        state.approve(paused.value.interruptions[0])
+        sagacity.approve("copy-1", approver="alice")
+
+        result = await sagacity.aresume_saga("copy-1", lambda: Runner.run(agent, state))
+
+        assert tool_outputs(model) == {"c1": "copy: the bank is down"}
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert [phase for phase, *_ in phases(sagacity.history("copy-1"))] == [
+            "AWAITING_APPROVAL",
+            "APPROVED",
+            "INTENT",
+            "FAILED",
+            "ENDED",
+        ]
+
+    async def test_a_namespaced_copy_still_asks_sagacity(self) -> None:
+        """`tool_namespace` copies of an IRREVERSIBLE tool keep sagacity's approval policy."""
+        sagacity = Sagacity.from_url("memory://")
+        (copied,) = tool_namespace(
+            name="payments",
+            description="Payment tools.",
+            tools=[as_function_tool(sagacity.wrap(wire_abroad)[0])],
+        )
+        model = scripted(
+            [function_call("wire_abroad", {"to": "ACME"}, call_id="c1", namespace="payments")]
+        )
+
+        paused = await sagacity.asaga(
+            "copy-2", lambda: Runner.run(agent_with(model, [copied]), "pay")
+        )
+
+        assert paused.outcome is SagaOutcome.AWAITING_APPROVAL
+        (request,) = paused.pending
+        assert (request.call_id, request.input) == ("c1", {"to": "ACME"})
 
 
 class TestClassifier:

@@ -59,21 +59,19 @@ def interrupt_value(
 ) -> dict[str, JsonValue]:
     """The value of the interrupt that waits for `request`: what the approver must see.
 
-    `refused` says why an earlier resume was refused; the request is None when none is
-    stored any more (it was rejected, or the saga ended).
+    It is `{"kind": APPROVAL_INTERRUPT, **request.to_json(), "refused": ...}`. `refused`
+    says why an earlier resume was refused. When no request is stored any more (it was
+    rejected, or the saga ended), `request` is None and the value names the saga, tool
+    and call, with `request_id` None.
     """
+    described: dict[str, JsonValue] = (
+        {"request_id": None, "saga_id": saga_id, "call_id": call_id, "tool_name": tool_name}
+        if request is None
+        else request.to_json()
+    )
     return {
         "kind": APPROVAL_INTERRUPT,
-        "saga_id": saga_id,
-        "tool_name": tool_name,
-        "call_id": call_id if request is None else request.call_id,
-        "request_id": None if request is None else request.request_id,
-        "input": None if request is None else request.input,
-        "input_sha256": None if request is None else request.input_sha256,
-        "reason": None if request is None else request.reason,
-        "expires_at": None
-        if request is None or request.expires_at is None
-        else request.expires_at.isoformat(),
+        **described,
         "refused": None if refused is None else f"{type(refused).__name__}: {refused}",
     }
 

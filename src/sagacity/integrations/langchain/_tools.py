@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.messages import ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langchain_core.utils.pydantic import get_fields
+from langgraph.types import Command
 from pydantic import Field, SkipValidation
 
 from sagacity._scope import current_scope
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ApprovalError
+from sagacity.errors import ApprovalError, ConfigurationError, ReplayMismatchError
 from sagacity.integrations.langchain._graph import (
     can_interrupt,
     classify_langgraph_error,
@@ -36,6 +39,23 @@ _tool_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 LangChain hands `tool_call_id` to `BaseTool.run` / `arun` but never to `func`; `run` sets
 it here before LangChain copies the context that `func` runs in.
 """
+
+
+class _Ran:
+    """Set when the tool's own function runs in a call; unset, the journal replayed it."""
+
+    __slots__ = ("ran",)
+
+    def __init__(self) -> None:
+        self.ran = False
+
+
+_this_call: contextvars.ContextVar[_Ran | None] = contextvars.ContextVar(
+    "sagacity_langchain_this_call", default=None
+)
+
+_COMMAND_FIELDS = frozenset(field.name for field in dataclasses.fields(Command))
+_TOOL_MESSAGE_FIELDS = frozenset(ToolMessage.model_fields)
 
 
 class SagaStructuredTool(StructuredTool):
@@ -83,15 +103,21 @@ def langchain_tools(sagacity: Sagacity, *sources: object, **options: Any) -> lis
 
     Args:
         sagacity: The Sagacity whose sagas journal the calls.
-        *sources: Objects with `compensable` methods, and `compensable` functions.
+        *sources: Objects with `compensable` methods, `compensable` functions, and
+            `SagaTool`s that `sagacity.wrap` already made.
         **options: Passed to `StructuredTool.from_function` for every tool
             (`handle_tool_error`, `parse_docstring`, `return_direct`, `response_format`, …).
 
     Returns:
-        One `SagaStructuredTool` per wrapped tool, in the order `wrap` returns them.
+        One `SagaStructuredTool` per tool: a given `SagaTool` where it was given, the
+        tools of the other sources in the order `wrap` returns them.
+
+    Raises:
+        ConfigurationError: A `SagaTool` was wrapped by another Sagacity, two tools
+            have one name, or `wrap` refused a source.
     """
     sagacity.add_classifier(classify_langgraph_error)
-    return [as_langchain_tool(tool, **options) for tool in sagacity.wrap(*sources)]
+    return [as_langchain_tool(tool, **options) for tool in _saga_tools(sagacity, sources)]
 
 
 def as_langchain_tool(tool: SagaTool, **options: Any) -> SagaStructuredTool:
@@ -106,13 +132,76 @@ def as_langchain_tool(tool: SagaTool, **options: Any) -> SagaStructuredTool:
         coroutine=original if tool.is_async else None,
         **{"name": tool.name, **options},
     )
-    journaled = tool.excluding(*_injected_parameters(tool, reference))
+    excluded = tool.excluding(*_injected_parameters(tool, reference))
+    journaled = SagaTool(
+        excluded.owner,
+        _noting_runs(excluded.func),
+        name=excluded.name,
+        description=excluded.description,
+        reversibility=excluded.reversibility,
+        excluded=excluded.excluded,
+    )
     fields = {name: getattr(reference, name) for name in reference.model_fields_set}
     if journaled.is_async:
-        fields["coroutine"] = _async_call(journaled)
+        fields["coroutine"] = _async_call(journaled, reference.response_format)
     else:
-        fields["func"] = _sync_call(journaled)
+        fields["func"] = _sync_call(journaled, reference.response_format)
     return SagaStructuredTool(**fields, saga_tool=journaled)
+
+
+def _saga_tools(sagacity: Sagacity, sources: tuple[object, ...]) -> list[SagaTool]:
+    """The given SagaTools, and `sagacity.wrap` of each run of other sources, in order."""
+    tools: list[SagaTool] = []
+    others: list[object] = []
+    for source in sources:
+        if not isinstance(source, SagaTool):
+            others.append(source)
+            continue
+        if source.owner is not sagacity:
+            raise ConfigurationError(
+                f"tool {source.name!r} was wrapped by another Sagacity; pass the object or "
+                "function it came from, or a tool wrapped by the Sagacity given here"
+            )
+        if others:
+            tools.extend(sagacity.wrap(*others))
+            others.clear()
+        tools.append(source)
+    if others:
+        tools.extend(sagacity.wrap(*others))
+    named: dict[str, SagaTool] = {}
+    for tool in tools:
+        if tool.name in named:
+            raise ConfigurationError(
+                f"two tools are named {tool.name!r}; give each tool once, or give one another "
+                "name with compensable(name=...)"
+            )
+        named[tool.name] = tool
+    return tools
+
+
+def _noting_runs(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`func`, noting in the current call that it ran (see `_returned`)."""
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            _note_run()
+            return await func(*args, **kwargs)
+
+        return run_async
+
+    @functools.wraps(func)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        _note_run()
+        return func(*args, **kwargs)
+
+    return run
+
+
+def _note_run() -> None:
+    this_call = _this_call.get()
+    if this_call is not None:
+        this_call.ran = True
 
 
 def _injected_parameters(tool: SagaTool, reference: StructuredTool) -> list[str]:
@@ -131,41 +220,103 @@ def _injected_parameters(tool: SagaTool, reference: StructuredTool) -> list[str]
     ]
 
 
-def _sync_call(tool: SagaTool) -> Callable[..., Any]:
-    pause = _approval_handler(tool)
+def _sync_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
+    pause = _approval_handler(tool, response_format)
 
     @functools.wraps(tool.func)
     def call(*args: Any, **kwargs: Any) -> Any:
         call_id = _tool_call_id.get()
+        this_call = _Ran()
+        token = _this_call.set(this_call)
         try:
-            return tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+            result = tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
         except ApprovalError as refusal:
             _pause_refused(tool, call_id, refusal)
             raise
+        finally:
+            _this_call.reset(token)
+        return _returned(tool, call_id, result, response_format, ran=this_call.ran)
 
     return call
 
 
-def _async_call(tool: SagaTool) -> Callable[..., Any]:
-    pause = _approval_handler(tool)
+def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
+    pause = _approval_handler(tool, response_format)
 
     @functools.wraps(tool.func)
     async def call(*args: Any, **kwargs: Any) -> Any:
         call_id = _tool_call_id.get()
+        this_call = _Ran()
+        token = _this_call.set(this_call)
         try:
-            return await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+            result = await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
         except ApprovalError as refusal:
             _pause_refused(tool, call_id, refusal)
             raise
+        finally:
+            _this_call.reset(token)
+        return _returned(tool, call_id, result, response_format, ran=this_call.ran)
 
     return call
 
 
-def _approval_handler(tool: SagaTool) -> Callable[[ApprovalRequest], Any]:
+def _returned(
+    tool: SagaTool, call_id: str | None, result: Any, response_format: str, *, ran: bool
+) -> Any:
+    """What LangChain gets: the tool's result, or a replayed result in the shape it expects.
+
+    A replayed result is the journaled JSON. With `content_and_artifact`, LangChain
+    wants a `(content, artifact)` tuple where the JSON has a list. A `Command` or
+    `ToolMessage` cannot be rebuilt from its JSON exactly (its values may have been any
+    object), and LangChain would turn the dict into message text, losing the state
+    update: such a replay is refused.
+
+    Raises:
+        ReplayMismatchError: The replayed result was a `Command` or a `ToolMessage`.
+    """
+    if ran:
+        return result
+    if response_format == "content_and_artifact":
+        if isinstance(result, list) and len(result) == 2:
+            return tuple(result)
+        return result
+    kind = _langgraph_output(result)
+    if kind is None:
+        return result
+    scope = current_scope()  # a replay happens only inside a saga
+    saga = "" if scope is None else f"saga {scope.saga_id!r}: "
+    refusal = ReplayMismatchError(
+        f"{saga}call {call_id!r} of tool {tool.name!r} ran before and returned a {kind}, "
+        "which the journal keeps only as JSON; it is not replayed, so the state update it "
+        "made is not applied again. Tools that return a Command or a ToolMessage must not "
+        "run again in a re-executed node: run them with create_agent (each call is its "
+        "own task) or in a model turn of their own"
+    )
+    if scope is not None:
+        scope.refusal = refusal  # raised when the work returns, even if LangChain caught it
+    raise refusal
+
+
+def _langgraph_output(result: Any) -> str | None:
+    """Name the LangGraph output whose JSON `result` is, if it is one (see `_returned`)."""
+    if isinstance(result, list) and result:
+        kinds = [_langgraph_output(item) for item in result]
+        return "list of Commands and ToolMessages" if None not in kinds else None
+    if not isinstance(result, dict):
+        return None
+    if result.keys() == _COMMAND_FIELDS:
+        return "Command"
+    if result.keys() == _TOOL_MESSAGE_FIELDS and result.get("type") == "tool":
+        return "ToolMessage"
+    return None
+
+
+def _approval_handler(tool: SagaTool, response_format: str) -> Callable[[ApprovalRequest], Any]:
     def pause(request: ApprovalRequest) -> Any:
         if not can_interrupt():
             # Outside a checkpointed graph nothing can pause: tell the model instead.
-            return awaiting_approval_message(request)
+            message = awaiting_approval_message(request)
+            return (message, None) if response_format == "content_and_artifact" else message
         return pause_graph(
             interrupt_value(
                 request,
@@ -186,6 +337,8 @@ def _pause_refused(tool: SagaTool, call_id: str | None, refusal: ApprovalError) 
     where it was, the saga raises the refusal when its work returns, and a proper
     approval followed by another `Command(resume=...)` runs the call.
     """
+    # The refused call never started, so `sagacity.current_call()` is None here: the
+    # saga and its refusal are those of the scope the work runs in.
     scope = current_scope()
     if scope is None or not can_interrupt():
         return

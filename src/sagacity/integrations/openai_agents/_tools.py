@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import pydantic
@@ -39,17 +39,52 @@ def function_tools(sagacity: Sagacity, *sources: object, **options: Any) -> list
 
     Args:
         sagacity: The Sagacity whose sagas journal the calls.
-        *sources: Objects with `compensable` methods, and `compensable` functions, as
-            for `Sagacity.wrap`.
+        *sources: Objects with `compensable` methods, `compensable` functions, as for
+            `Sagacity.wrap`, and `SagaTool`s that `sagacity.wrap` already made.
         **options: Passed to the SDK's `function_tool` for every tool (for example
             `failure_error_function`, `strict_mode`); see `as_function_tool`.
 
     Returns:
         One `FunctionTool` per tool, with the name, description and parameter schema the
         SDK gives the undecorated function; typed as the SDK's `Tool`, as `Agent(tools=...)`
-        takes them.
+        takes them. A given `SagaTool` is where it was given; the tools of the other
+        sources are in the order `wrap` returns them.
+
+    Raises:
+        ConfigurationError: A `SagaTool` was wrapped by another Sagacity, two tools have
+            one name, or `wrap` refused a source.
     """
-    return [as_function_tool(tool, **options) for tool in sagacity.wrap(*sources)]
+    return [as_function_tool(tool, **options) for tool in _saga_tools(sagacity, sources)]
+
+
+def _saga_tools(sagacity: Sagacity, sources: tuple[object, ...]) -> list[SagaTool]:
+    """The given SagaTools, and `sagacity.wrap` of each run of other sources, in order."""
+    tools: list[SagaTool] = []
+    others: list[object] = []
+    for source in sources:
+        if not isinstance(source, SagaTool):
+            others.append(source)
+            continue
+        if source.owner is not sagacity:
+            raise ConfigurationError(
+                f"tool {source.name!r} was wrapped by another Sagacity; pass the object or "
+                "function it came from, or a tool wrapped by the Sagacity given here"
+            )
+        if others:
+            tools.extend(sagacity.wrap(*others))
+            others.clear()
+        tools.append(source)
+    if others:
+        tools.extend(sagacity.wrap(*others))
+    named: dict[str, SagaTool] = {}
+    for tool in tools:
+        if tool.name in named:
+            raise ConfigurationError(
+                f"two tools are named {tool.name!r}; give each tool once, or give one another "
+                "name with compensable(name=...)"
+            )
+        named[tool.name] = tool
+    return tools
 
 
 def as_function_tool(tool: SagaTool, **options: Any) -> FunctionTool:
@@ -190,18 +225,38 @@ def _gate(built: FunctionTool, policy: _ApprovalPolicy) -> None:
     The SDK shows a callable policy the arguments of a tool made by `function_tool` only
     when validation leaves them unchanged (no Decimal, datetime, enum, model or pattern);
     for the others it interrupts the run without asking the policy, and sagacity would not
-    know that the run waits. An invoker that only hands the call on to the SDK's own is
-    asked about with the model's arguments, which the policy validates with the tool's
-    parameter model, as the call will. It journals nothing and catches nothing: the
-    journaling function still runs inside the SDK's invoker, below its failure handling.
+    know that the run waits. An invoker that only hands the call on to the SDK's own
+    (`_PolicyGate`) is asked about with the model's arguments, which the policy validates
+    with the tool's parameter model, as the call will. It journals nothing and catches
+    nothing: the journaling function still runs inside the SDK's invoker, below its
+    failure handling.
     """
-    sdk_invoker = built.on_invoke_tool
-
-    async def on_invoke_tool(context: ToolContext[Any], arguments: str) -> Any:
-        return await sdk_invoker(context, arguments)
-
-    built.on_invoke_tool = on_invoke_tool
+    built.on_invoke_tool = _PolicyGate(built.on_invoke_tool)
     built.needs_approval = policy
+
+
+class _PolicyGate:
+    """An invoker that hands each call on to the SDK's own invoker, unchanged.
+
+    The SDK binds its invoker to the `FunctionTool` it belongs to, and binds it again
+    to a copy (`copy.copy`, as `tool_namespace` makes): a failure is then handled by the
+    copy's failure policy. The gate follows, so that a copy's gate calls the copy's
+    invoker.
+    """
+
+    def __init__(self, sdk_invoker: Callable[[ToolContext[Any], str], Awaitable[Any]]) -> None:
+        self.sdk_invoker = sdk_invoker
+
+    async def __call__(self, context: ToolContext[Any], arguments: str) -> Any:
+        return await self.sdk_invoker(context, arguments)
+
+    def __agents_bind_function_tool__(self, function_tool: FunctionTool) -> _PolicyGate:
+        """Called by the SDK when a `FunctionTool` is built or copied with this invoker."""
+        bind = getattr(self.sdk_invoker, "__agents_bind_function_tool__", None)
+        if not callable(bind):
+            return self
+        bound = bind(function_tool)
+        return self if bound is self.sdk_invoker else _PolicyGate(bound)
 
 
 def _call_id(context: object) -> str | None:
