@@ -239,7 +239,7 @@ class TestSagaStates:
         assert [e.phase for e in sagacity.history("s")] == [Phase.ENDED]
 
     def test_a_generator_returned_by_the_work_is_refused(self) -> None:
-        """Work that returns an unread generator fails with a TypeError; the generator never runs."""
+        """Work that returns an unread generator fails with a TypeError; nothing in it runs."""
         sagacity = memory_sagacity()
         shop = Shop()
         tools = tools_of(sagacity, shop)
