@@ -582,8 +582,7 @@ class Sagacity:
         outcome = SagaOutcome.COMPENSATED if report.clean else SagaOutcome.COMPENSATION_FAILED
         for request in self.approvals.pending(history.saga_id):
             self.approvals.delete(request.request_id)  # the saga ends: nothing may run now
-        if history.outcome != outcome.value:
-            self._end(history, outcome, report)
+        self._end(history, outcome, report)
         return SagaResult(
             saga_id=history.saga_id,
             outcome=outcome,
@@ -603,6 +602,8 @@ class Sagacity:
             payload["compensated"] = [ref.call_id for ref in report.compensated]
             payload["compensation_failed"] = [ref.call_id for ref in report.failed]
             payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
+        if history.ended is not None and history.ended.payload == payload:
+            return  # a walk that changed nothing: the last ENDED still says it all
         history.add(self.journal.append(history.saga_id, Phase.ENDED, payload=payload))
 
     def _pending_request(self, saga_id: str, request_id: str | None) -> ApprovalRequest:

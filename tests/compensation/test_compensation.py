@@ -19,6 +19,7 @@ from sagacity import (
     SagaStateError,
     SagaTool,
     compensable,
+    verify,
 )
 from sagacity.testing import FailOn, memory_sagacity
 from tests._shop import Shop, phases, tools_of
@@ -175,6 +176,36 @@ class TestCompensationWalk:
             saga_id="s", compensated=[], failed=[], skipped=[], in_doubt=[]
         )
         assert shop.log == []
+
+
+class TestContextIsolation:
+    def test_a_compensation_editing_its_context_leaves_the_journal_intact(self) -> None:
+        """What a compensation is given is a copy: editing it does not edit the journal."""
+        sagacity = memory_sagacity()
+
+        class Cart:
+            @compensable(by="empty")
+            def fill(self, items: list[str]) -> dict[str, Any]:
+                return {"cart": "c-1", "items": items}
+
+            def empty(self, ctx: CompensationContext) -> None:
+                ctx.input["items"].append("tampered")
+                ctx.result["cart"] = "tampered"
+
+            @compensable(by="empty")
+            def pay(self) -> None:
+                raise RuntimeError("declined")
+
+        tools = tools_of(sagacity, Cart())
+
+        def work() -> None:
+            tools["fill"](["apple"])
+            with contextlib.suppress(RuntimeError):
+                tools["pay"]()
+
+        assert sagacity.saga("s", work).outcome is SagaOutcome.COMPENSATED
+        assert sagacity.history("s")[0].payload["input"] == {"items": ["apple"]}
+        assert verify(sagacity.journal).ok
 
 
 class TestAsyncCompensations:

@@ -7,7 +7,16 @@ from collections.abc import Iterable, Iterator
 
 from sagacity.journal import GENESIS_HASH, JournalEntry, SideEffectJournal
 
-__all__ = ["Problem", "VerificationReport", "iter_entries", "verify", "verify_entries"]
+__all__ = [
+    "ChainHead",
+    "Problem",
+    "VerificationReport",
+    "chain_heads",
+    "iter_entries",
+    "iter_saga_ids",
+    "verify",
+    "verify_entries",
+]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,7 +26,7 @@ class Problem:
     saga_id: str
     """The saga whose chain is broken."""
     seq: int
-    """The first bad seq: from here on, nothing in the saga can be trusted."""
+    """The first bad seq: entries before it verified; from here on nothing can be trusted."""
     reason: str
     """What is wrong: a hash mismatch, a broken link, a gap, a duplicate, a truncation."""
 
@@ -39,6 +48,23 @@ class VerificationReport:
         return not self.problems
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ChainHead:
+    """The last entry of a saga's chain, recorded to detect a later truncation or rewrite.
+
+    A chain verifies link by link from its first entry, so deleting entries from its end
+    leaves a shorter chain that still verifies. Keep heads outside the database (a
+    ticket, a log shipped elsewhere) and pass them to `verify`.
+    """
+
+    saga_id: str
+    """The saga."""
+    seq: int
+    """The seq of its last entry when the head was recorded."""
+    hash: str
+    """That entry's hash."""
+
+
 def iter_entries(journal: SideEffectJournal, *, batch: int = 1000) -> Iterator[JournalEntry]:
     """Yield every entry of the journal in (saga_id, seq) order, a page at a time."""
     after: tuple[str, int] | None = None
@@ -50,54 +76,174 @@ def iter_entries(journal: SideEffectJournal, *, batch: int = 1000) -> Iterator[J
         after = (page[-1].saga_id, page[-1].seq)
 
 
-def verify(journal: SideEffectJournal, saga_id: str | None = None) -> VerificationReport:
-    """Recompute every hash and link of one saga, or of the whole journal.
+def chain_heads(journal: SideEffectJournal, saga_id: str | None = None) -> list[ChainHead]:
+    """Return the head of one saga's chain, or of every saga's, in saga order.
 
-    Memory stays bounded: entries are read a page at a time and checked as they come.
+    Record them when `verify` passes, and keep them where whoever can edit the
+    database cannot; `verify(journal, heads=...)` then detects truncation.
     """
-    source = journal.entries(saga_id) if saga_id is not None else iter_entries(journal)
-    return verify_entries(source)
+    saga_ids: Iterable[str] = [saga_id] if saga_id is not None else iter_saga_ids(journal)
+    heads = []
+    for saga in saga_ids:
+        entries = journal.entries(saga)
+        if entries:
+            heads.append(ChainHead(saga_id=saga, seq=entries[-1].seq, hash=entries[-1].hash))
+    return heads
 
 
-def verify_entries(entries: Iterable[JournalEntry]) -> VerificationReport:
-    """Verify entries given in (saga_id, seq) order, as an export holds them."""
+def iter_saga_ids(journal: SideEffectJournal, *, batch: int = 1000) -> Iterator[str]:
+    """Yield every saga id of the journal in ascending order, a page at a time."""
+    after: str | None = None
+    while True:
+        page = journal.list_sagas(after=after, limit=batch)
+        yield from page
+        if len(page) < batch:
+            return
+        after = page[-1]
+
+
+def verify(
+    journal: SideEffectJournal,
+    saga_id: str | None = None,
+    *,
+    heads: Iterable[ChainHead] = (),
+) -> VerificationReport:
+    """Recompute every hash and link of one saga, or of every saga in the journal.
+
+    Sagas are read one at a time, as the journal stores them: an entry that names
+    another saga than the one it is stored under is itself a problem.
+
+    Args:
+        journal: The journal to check.
+        saga_id: One saga to check; None for all.
+        heads: Heads recorded earlier with `chain_heads`: a saga whose chain now ends
+            before its recorded head, or whose entry at that seq has another hash, is
+            reported, as is a saga that has vanished. Without them, entries deleted from
+            the end of a chain go unseen.
+    """
+    recorded = {head.saga_id: head for head in heads}
+    if saga_id is not None:
+        saga_ids: Iterable[str] = [saga_id]
+        recorded = {saga_id: recorded[saga_id]} if saga_id in recorded else {}
+    else:
+        saga_ids = iter_saga_ids(journal)
     problems: list[Problem] = []
     sagas = count = 0
-    current: str | None = None
-    expected_seq = 1
-    prev_hash = GENESIS_HASH
-    broken = False
-    for entry in entries:
-        count += 1
-        if entry.saga_id != current:
-            current, expected_seq, prev_hash, broken = entry.saga_id, 1, GENESIS_HASH, False
-            sagas += 1
-        if broken:
-            continue
-        reason = _check(entry, expected_seq, prev_hash)
-        if reason is not None:
-            problems.append(Problem(saga_id=entry.saga_id, seq=expected_seq, reason=reason))
-            broken = True
-            continue
-        expected_seq += 1
-        prev_hash = entry.hash
+    for saga in saga_ids:
+        sagas += 1
+        chain = _Chain(recorded.pop(saga, None))
+        for entry in journal.entries(saga):
+            count += 1
+            chain.check(entry, saga)
+        problem = chain.finish(saga)
+        if problem is not None:
+            problems.append(problem)
+    for saga, head in recorded.items():  # recorded, but the journal has no entry of it
+        sagas += 1
+        problem = _Chain(head).finish(saga)
+        if problem is not None:
+            problems.append(problem)
+    problems.sort(key=lambda problem: problem.saga_id)
     return VerificationReport(sagas=sagas, entries=count, problems=problems)
 
 
-def _check(entry: JournalEntry, expected_seq: int, prev_hash: str) -> str | None:
-    if entry.seq < expected_seq:
-        return f"duplicate or out-of-order seq {entry.seq} where {expected_seq} was expected"
-    if entry.seq > expected_seq:
-        return f"gap: seq {expected_seq} is missing (next is {entry.seq})"
+def verify_entries(
+    entries: Iterable[JournalEntry], *, heads: Iterable[ChainHead] = ()
+) -> VerificationReport:
+    """Verify entries given in seq order within each saga, as an export holds them.
+
+    Each entry is checked against the chain of the saga its own `saga_id` names; sagas
+    may come in any order, even interleaved. `heads` is as for `verify`.
+    """
+    recorded = {head.saga_id: head for head in heads}
+    chains: dict[str, _Chain] = {}
+    count = 0
+    for entry in entries:
+        count += 1
+        chain = chains.get(entry.saga_id)
+        if chain is None:
+            chain = chains[entry.saga_id] = _Chain(recorded.get(entry.saga_id))
+        chain.check(entry, entry.saga_id)
+    for saga, head in recorded.items():
+        if saga not in chains:
+            chains[saga] = _Chain(head)
+    problems = [
+        problem
+        for saga, chain in sorted(chains.items())
+        if (problem := chain.finish(saga)) is not None
+    ]
+    return VerificationReport(sagas=len(chains), entries=count, problems=problems)
+
+
+class _Chain:
+    """One saga's chain as verified so far."""
+
+    __slots__ = ("head", "prev_hash", "problem", "seq")
+
+    def __init__(self, head: ChainHead | None) -> None:
+        self.head = head
+        """The head recorded for this saga, if any."""
+        self.seq = 0
+        """The last seq verified."""
+        self.prev_hash = GENESIS_HASH
+        """Its hash."""
+        self.problem: tuple[int, str] | None = None
+        """The first bad seq and why."""
+
+    def check(self, entry: JournalEntry, saga_id: str) -> None:
+        """Check the next entry of saga `saga_id`."""
+        if self.problem is not None:
+            return
+        reason = _check(entry, saga_id, self.seq + 1, self.prev_hash)
+        if reason is not None:
+            self.problem = (self.seq + 1, reason)
+            return
+        self.seq = entry.seq
+        self.prev_hash = entry.hash
+        head = self.head
+        if head is not None and head.seq == entry.seq and head.hash != entry.hash:
+            self.problem = (
+                entry.seq,
+                f"rewritten: seq {entry.seq} hashes to {entry.hash[:12]}…, but its head was "
+                f"recorded as {head.hash[:12]}…; the chain was rebuilt at or before this seq",
+            )
+
+    def finish(self, saga_id: str) -> Problem | None:
+        """Return the chain's first problem, once all its entries were checked."""
+        head = self.head
+        if self.problem is None and head is not None and self.seq < head.seq:
+            self.problem = (
+                self.seq + 1,
+                f"truncation: the chain ends at seq {self.seq}, but its head was recorded at "
+                f"seq {head.seq}; the entries after seq {self.seq} were deleted",
+            )
+        if self.problem is None:
+            return None
+        return Problem(saga_id=saga_id, seq=self.problem[0], reason=self.problem[1])
+
+
+def _check(entry: JournalEntry, saga_id: str, expected_seq: int, prev_hash: str) -> str | None:
+    if entry.saga_id != saga_id:
+        return f"the entry stored at seq {expected_seq} names saga {entry.saga_id!r}"
+    seq = entry.seq
+    if type(seq) is not int:
+        return f"seq {seq!r} is not an integer where {expected_seq} was expected"
+    if seq < expected_seq:
+        return f"duplicate or out-of-order seq {seq} where {expected_seq} was expected"
+    if seq > expected_seq:
+        return f"gap: seq {expected_seq} is missing (next is {seq})"
     if entry.prev_hash != prev_hash:
         return (
-            f"broken link: prev_hash {entry.prev_hash[:12]}… does not match the previous "
+            f"broken link: prev_hash {str(entry.prev_hash)[:12]}… does not match the previous "
             f"entry's hash {prev_hash[:12]}…"
         )
-    computed = entry.computed_hash()
+    try:
+        computed = entry.computed_hash()
+    except Exception as error:  # a field of the wrong type has no canonical form
+        return f"unhashable entry: {error}"
     if computed != entry.hash:
         return (
             f"hash mismatch: the entry's fields hash to {computed[:12]}…, but it records "
-            f"{entry.hash[:12]}…; the entry was changed after it was written"
+            f"{str(entry.hash)[:12]}…; the entry was changed after it was written"
         )
     return None

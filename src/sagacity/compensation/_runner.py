@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import copy
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable
@@ -178,12 +179,14 @@ def _run_to_completion(awaitable: Awaitable[Any]) -> None:
 
 def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> CompensationContext:
     raw_input = _payload(intent).get("input")
+    # Copies: a compensation that edits what it is given must not edit the journal's
+    # entries (the in-memory journal hands out the objects it hashed).
     return CompensationContext(
         saga_id=saga_id,
         tool_name=executed.tool_name or "",
         call_id=executed.call_id or "",
-        input=raw_input if isinstance(raw_input, dict) else {},
-        result=_payload(executed).get("result"),
+        input=copy.deepcopy(raw_input) if isinstance(raw_input, dict) else {},
+        result=copy.deepcopy(_payload(executed).get("result")),
     )
 
 

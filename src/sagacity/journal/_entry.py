@@ -10,9 +10,18 @@ from typing import Any
 
 import orjson
 
-from sagacity.journal._canonical import JsonValue, canonical_bytes
+from sagacity.journal._canonical import JsonValue, canonical_bytes, canonical_string
 
-__all__ = ["GENESIS_HASH", "JournalEntry", "Phase", "hashed_bytes", "seal", "utc_timestamp"]
+__all__ = [
+    "GENESIS_HASH",
+    "JournalEntry",
+    "Phase",
+    "entry_hash",
+    "hashed_bytes",
+    "new_entry",
+    "seal",
+    "utc_timestamp",
+]
 
 GENESIS_HASH = "0" * 64
 """The `prev_hash` of every saga's first entry."""
@@ -131,6 +140,17 @@ def _hashed_fields(
     }
 
 
+_HASHED_TEMPLATE = (
+    b'{"call_id":%b,"payload":%b,"phase":%b,"prev_hash":%b,"recorded_at":%b,'
+    b'"ref_seq":%b,"saga_id":%b,"seq":%b,"tool_name":%b}'
+)
+# Keyed by the value: a dict lookup by the enum member would call Enum.__hash__, in Python.
+_PHASE_JSON = {phase.value: orjson.dumps(phase.value) for phase in Phase}
+_STRICT_INTEGER = orjson.OPT_STRICT_INTEGER
+_sha256 = hashlib.sha256
+_dumps = orjson.dumps
+
+
 def hashed_bytes(
     saga_id: str,
     seq: int,
@@ -147,31 +167,57 @@ def hashed_bytes(
     JCS writes an object as its members sorted by name with no white space, so the
     object's encoding is its members' encodings joined in that order: the payload is
     encoded once, and the same bytes are stored.
+
+    Raises:
+        SerializationError: A field has no canonical JSON form (a lone surrogate in an
+            id, say).
     """
-    dump = orjson.dumps
-    return b"".join(
-        (
-            b'{"call_id":',
-            dump(call_id),
-            b',"payload":',
-            payload_bytes,
-            b',"phase":',
-            dump(phase.value),
-            b',"prev_hash":',
-            dump(prev_hash),
-            b',"recorded_at":',
-            dump(recorded_at),
-            b',"ref_seq":',
-            dump(ref_seq),
-            b',"saga_id":',
-            canonical_bytes(saga_id),
-            b',"seq":',
-            dump(seq),
-            b',"tool_name":',
-            canonical_bytes(tool_name),
-            b"}",
-        )
+    if type(seq) is int and (ref_seq is None or type(ref_seq) is int):
+        dump = _dumps
+        try:
+            return _HASHED_TEMPLATE % (
+                dump(call_id),
+                payload_bytes,
+                _PHASE_JSON[phase._value_],
+                dump(prev_hash),
+                dump(recorded_at),
+                dump(ref_seq, option=_STRICT_INTEGER),
+                dump(saga_id),
+                dump(seq, option=_STRICT_INTEGER),
+                dump(tool_name),
+            )
+        except orjson.JSONEncodeError:
+            pass  # let the checked encoders below say which field is wrong
+    return _HASHED_TEMPLATE % (
+        canonical_string(call_id),
+        payload_bytes,
+        _PHASE_JSON[phase._value_],
+        canonical_string(prev_hash),
+        canonical_string(recorded_at),
+        canonical_bytes(ref_seq),
+        canonical_string(saga_id),
+        canonical_bytes(seq),
+        canonical_string(tool_name),
     )
+
+
+def entry_hash(
+    saga_id: str,
+    seq: int,
+    phase: Phase,
+    tool_name: str | None,
+    call_id: str | None,
+    ref_seq: int | None,
+    payload_bytes: bytes,
+    recorded_at: str,
+    prev_hash: str,
+) -> str:
+    """Return the entry's hash, given its payload's canonical bytes."""
+    return _sha256(
+        hashed_bytes(
+            saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
+        )
+    ).hexdigest()
 
 
 def seal(
@@ -190,39 +236,81 @@ def seal(
 
     SQL backends store those payload bytes as they are, so what is read back hashes the
     same as what was hashed.
+
+    Raises:
+        SerializationError: The payload or a field has no canonical JSON form.
     """
     recorded_at = recorded_at or utc_timestamp()
     payload_bytes = canonical_bytes(payload)
-    digest = hashlib.sha256(
+    digest = _sha256(
         hashed_bytes(
             saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
         )
     ).hexdigest()
-    entry = JournalEntry(
-        saga_id=saga_id,
-        seq=seq,
-        phase=phase,
-        tool_name=tool_name,
-        call_id=call_id,
-        ref_seq=ref_seq,
-        payload=payload,
-        recorded_at=recorded_at,
-        prev_hash=prev_hash,
-        hash=digest,
+    entry = new_entry(
+        saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, digest
     )
     return entry, payload_bytes
 
 
+# The frozen dataclass's __init__ sets each field through object.__setattr__, which costs
+# about 1 µs per entry: a twentieth of the in-memory budget of a tool call. The journal
+# builds the entries it seals with the slots' own setters instead.
+_SETTERS = tuple(
+    JournalEntry.__dict__[field.name].__set__ for field in dataclasses.fields(JournalEntry)
+)
+_new = object.__new__
+
+
+def new_entry(
+    saga_id: str,
+    seq: int,
+    phase: Phase,
+    tool_name: str | None,
+    call_id: str | None,
+    ref_seq: int | None,
+    payload: JsonValue,
+    recorded_at: str,
+    prev_hash: str,
+    hash: str,
+) -> JournalEntry:
+    """Build a `JournalEntry` from values in field order, as its constructor would."""
+    entry: JournalEntry = _new(JournalEntry)
+    (
+        set_saga_id,
+        set_seq,
+        set_phase,
+        set_tool_name,
+        set_call_id,
+        set_ref_seq,
+        set_payload,
+        set_recorded_at,
+        set_prev_hash,
+        set_hash,
+    ) = _SETTERS
+    set_saga_id(entry, saga_id)
+    set_seq(entry, seq)
+    set_phase(entry, phase)
+    set_tool_name(entry, tool_name)
+    set_call_id(entry, call_id)
+    set_ref_seq(entry, ref_seq)
+    set_payload(entry, payload)
+    set_recorded_at(entry, recorded_at)
+    set_prev_hash(entry, prev_hash)
+    set_hash(entry, hash)
+    return entry
+
+
 _second_cache: tuple[int, str] = (-1, "")
+"""The last whole second and its text, replaced as one tuple so threads never mix them."""
 
 
 def utc_timestamp() -> str:
     """Return the current time as RFC 3339 UTC with microseconds, e.g. `…T12:00:00.000001Z`."""
     global _second_cache
-    micros = time.time_ns() // 1000
-    second, fraction = divmod(micros, 1_000_000)
+    second, fraction = divmod(time.time_ns() // 1000, 1_000_000)
     cached_second, prefix = _second_cache
     if cached_second != second:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
         _second_cache = (second, prefix)
-    return f"{prefix}.{fraction:06d}Z"
+    return f"{prefix}{fraction:06d}Z"

@@ -5,16 +5,30 @@ from __future__ import annotations
 import bisect
 import threading
 
-from sagacity.journal._canonical import JsonValue
-from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
+from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
+from sagacity.journal._entry import (
+    GENESIS_HASH,
+    JournalEntry,
+    Phase,
+    entry_hash,
+    new_entry,
+    utc_timestamp,
+)
 
 __all__ = ["InMemoryJournal"]
+
+# Payloads that read back as themselves: no copy needed (a float may read back as an int).
+_IMMUTABLE = frozenset((type(None), str, bool))
 
 
 class InMemoryJournal:
     """A journal held in this process's memory; thread-safe and async-safe.
 
-    Appends never await, so one lock orders them for threads and tasks alike.
+    Appends never await, so one lock orders them for threads and tasks alike. Each
+    entry holds its own copy of the payload, decoded from the canonical bytes that were
+    hashed: what is read back is what a SQL backend would return. The entries `append`
+    returns and `entries` reads are the stored ones, not copies: treat their payloads as
+    read-only.
     """
 
     def __init__(self) -> None:
@@ -32,20 +46,39 @@ class InMemoryJournal:
         payload: JsonValue = None,
     ) -> JournalEntry:
         """Append an entry (see `SideEffectJournal.append`)."""
+        payload_bytes = canonical_bytes(payload)  # SerializationError before the lock
+        # The entry keeps its own copy of the payload, read back from the hashed bytes as
+        # the SQL backends do: the caller's object may be changed later, the copy is not.
+        stored = payload if type(payload) in _IMMUTABLE else decode_canonical(payload_bytes)
         with self._lock:
             chain = self._sagas.get(saga_id)
             if chain is None:
                 chain = self._sagas[saga_id] = []
+            seq = len(chain) + 1
             prev_hash = chain[-1].hash if chain else GENESIS_HASH
-            entry, _ = seal(
+            recorded_at = utc_timestamp()
+            digest = entry_hash(
                 saga_id,
-                len(chain) + 1,
+                seq,
                 phase,
-                tool_name=tool_name,
-                call_id=call_id,
-                ref_seq=ref_seq,
-                payload=payload,
-                prev_hash=prev_hash,
+                tool_name,
+                call_id,
+                ref_seq,
+                payload_bytes,
+                recorded_at,
+                prev_hash,
+            )
+            entry = new_entry(
+                saga_id,
+                seq,
+                phase,
+                tool_name,
+                call_id,
+                ref_seq,
+                stored,
+                recorded_at,
+                prev_hash,
+                digest,
             )
             chain.append(entry)
             return entry

@@ -7,30 +7,41 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from sagacity._sqlite import connect
 from sagacity.errors import JournalError
-from sagacity.journal._canonical import JsonValue
-from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
+from sagacity.journal._canonical import JsonValue, decode_canonical
+from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, new_entry, seal
 
 __all__ = ["SqliteJournal"]
 
 _COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
+_INSERT = f"INSERT INTO sagacity_journal ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_HEAD = "SELECT seq, hash FROM sagacity_journal WHERE saga_id = ? ORDER BY seq DESC LIMIT 1"
+_MAX_REMEMBERED_HEADS = 10_000
 
 
 class SqliteJournal:
     """A journal in a SQLite file, shared safely by threads and processes.
 
-    Each append is one `BEGIN IMMEDIATE` transaction: it takes the database's write
-    lock before reading the saga's head, so the seq and `prev_hash` it computes cannot
-    be stale, whichever process appends next.
+    An append must place its entry right after the saga's head, whichever process
+    wrote that head. The journal remembers the head it wrote last for each saga and
+    appends after it with one `INSERT`, committed on its own: if another writer has
+    appended since, the next seq is taken and the primary key refuses the row. The
+    append then runs as a `BEGIN IMMEDIATE` transaction, as it does for a saga new to
+    this journal: it takes the write lock before reading the head, so the seq and
+    `prev_hash` it computes cannot be stale.
+
+    A journal goes on from the head it knows: if rows it wrote were deleted behind its
+    back, its next entry leaves the gap that shows it, rather than closing it.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = str(path)
         self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
+        self._cursor = self._conn.cursor()
         self._lock = threading.Lock()
+        self._heads: dict[str, tuple[int, str]] = {}
+        """The (seq, hash) this journal last appended, per saga; the primary key checks it."""
 
     def append(
         self,
@@ -44,51 +55,72 @@ class SqliteJournal:
     ) -> JournalEntry:
         """Append an entry and commit it durably (see `SideEffectJournal.append`)."""
         with self._lock:
-            conn = self._conn
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    head = conn.execute(
-                        "SELECT seq, hash FROM sagacity_journal WHERE saga_id = ? "
-                        "ORDER BY seq DESC LIMIT 1",
-                        (saga_id,),
-                    ).fetchone()
-                    seq, prev_hash = (head[0] + 1, head[1]) if head else (1, GENESIS_HASH)
+                head = self._heads.get(saga_id)
+                entry = None
+                if head is not None:
+                    # After the head this journal wrote last, with one statement.
                     entry, payload_bytes = seal(
                         saga_id,
-                        seq,
+                        head[0] + 1,
                         phase,
                         tool_name=tool_name,
                         call_id=call_id,
                         ref_seq=ref_seq,
                         payload=payload,
-                        prev_hash=prev_hash,
+                        prev_hash=head[1],
                     )
-                    conn.execute(
-                        f"INSERT INTO sagacity_journal ({_COLUMNS}) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            saga_id,
-                            seq,
-                            phase.value,
-                            tool_name,
-                            call_id,
-                            ref_seq,
-                            payload_bytes.decode(),
-                            entry.recorded_at,
-                            prev_hash,
-                            entry.hash,
-                        ),
+                    try:
+                        self._cursor.execute(_INSERT, _row(entry, payload_bytes))
+                    except sqlite3.IntegrityError:
+                        entry = None  # another writer took the next seq
+                if entry is None:
+                    entry = self._append_locked(
+                        saga_id, phase, tool_name, call_id, ref_seq, payload
                     )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
             except sqlite3.Error as error:
+                self._heads.pop(saga_id, None)
                 raise JournalError(
                     f"saga {saga_id!r}: cannot append {phase.value} to {self.path!r}: {error}"
                 ) from error
+            heads = self._heads
+            if len(heads) >= _MAX_REMEMBERED_HEADS:
+                heads.clear()
+            heads[saga_id] = (entry.seq, entry.hash)
             return entry
+
+    def _append_locked(
+        self,
+        saga_id: str,
+        phase: Phase,
+        tool_name: str | None,
+        call_id: str | None,
+        ref_seq: int | None,
+        payload: JsonValue,
+    ) -> JournalEntry:
+        """Read the head and append after it in one `BEGIN IMMEDIATE` transaction."""
+        cursor = self._cursor
+        cursor.execute("BEGIN IMMEDIATE")
+        try:
+            found = cursor.execute(_HEAD, (saga_id,)).fetchone()
+            seq, prev_hash = (found[0] + 1, found[1]) if found else (1, GENESIS_HASH)
+            entry, payload_bytes = seal(
+                saga_id,
+                seq,
+                phase,
+                tool_name=tool_name,
+                call_id=call_id,
+                ref_seq=ref_seq,
+                payload=payload,
+                prev_hash=prev_hash,
+            )
+            cursor.execute(_INSERT, _row(entry, payload_bytes))
+            cursor.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                cursor.execute("ROLLBACK")
+            raise
+        return entry
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""
@@ -98,11 +130,14 @@ class SqliteJournal:
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
         """Return saga ids in ascending order, after `after`."""
+        # ">= ''" when starting, so that even an empty saga id is listed.
+        bound = ">= ''" if after is None else "> ?"
+        params = (limit,) if after is None else (after, limit)
         with self._lock:
             rows = self._conn.execute(
-                "SELECT DISTINCT saga_id FROM sagacity_journal WHERE saga_id > ? "
+                f"SELECT DISTINCT saga_id FROM sagacity_journal WHERE saga_id {bound} "
                 "ORDER BY saga_id LIMIT ?",
-                ("" if after is None else after, limit),
+                params,
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -131,16 +166,28 @@ class SqliteJournal:
         return [_entry_from_row(row) for row in rows]
 
 
-def _entry_from_row(row: tuple[Any, ...]) -> JournalEntry:
-    return JournalEntry(
-        saga_id=row[0],
-        seq=row[1],
-        phase=Phase(row[2]),
-        tool_name=row[3],
-        call_id=row[4],
-        ref_seq=row[5],
-        payload=orjson.loads(row[6]),
-        recorded_at=row[7],
-        prev_hash=row[8],
-        hash=row[9],
+def _row(entry: JournalEntry, payload_bytes: bytes) -> tuple[Any, ...]:
+    return (
+        entry.saga_id,
+        entry.seq,
+        entry.phase.value,
+        entry.tool_name,
+        entry.call_id,
+        entry.ref_seq,
+        payload_bytes.decode(),
+        entry.recorded_at,
+        entry.prev_hash,
+        entry.hash,
     )
+
+
+def _entry_from_row(row: tuple[Any, ...]) -> JournalEntry:
+    try:
+        phase = Phase(row[2])
+        payload = decode_canonical(row[6])
+    except (ValueError, TypeError) as error:
+        raise JournalError(
+            f"saga {row[0]!r} seq {row[1]!r}: the stored row cannot be read ({error}); "
+            "sagacity_journal was edited outside sagacity: audit it"
+        ) from error
+    return new_entry(row[0], row[1], phase, row[3], row[4], row[5], payload, row[7], row[8], row[9])
