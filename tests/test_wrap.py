@@ -195,6 +195,22 @@ class TestWrapValidation:
         with pytest.raises(ConfigurationError, match="two tools are named 'reserve_inventory'"):
             sagacity.wrap(OtherShop())
 
+    def test_saga_tools_are_taken_in_their_place(self) -> None:
+        """A SagaTool of this Sagacity comes back as itself; one of another is refused."""
+        sagacity = memory_sagacity()
+        (wire,) = [t for t in sagacity.wrap(Shop()) if t.name == "send_wire_transfer"]
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE)
+        def close_account(account: str) -> None: ...
+
+        tools = sagacity.wrap(wire, close_account)
+        assert tools[0] is wire
+        assert [t.name for t in tools] == ["send_wire_transfer", "close_account"]
+        with pytest.raises(ConfigurationError, match="wrapped by another Sagacity"):
+            memory_sagacity().wrap(wire)
+        with pytest.raises(ConfigurationError, match="two tools are named 'send_wire_transfer'"):
+            sagacity.wrap(wire, wire)
+
     def test_another_instance_of_the_same_class_replaces_the_tool(self) -> None:
         """Wrapping a second instance (objects built per request) replaces the first's tools."""
         sagacity = memory_sagacity()

@@ -12,7 +12,7 @@ from typing import Any
 
 from sagacity._history import SagaHistory
 from sagacity._scope import SagaScope, _scope, current_scope
-from sagacity._wrap import collect_tools
+from sagacity._wrap import DeclaredTool, collect_tools
 from sagacity.approval import ApprovalRequest, ApprovalStore
 from sagacity.approval._check import check_request_matches_journal
 from sagacity.compensation import CompensationRegistry, CompensationReport, CompensationRunner
@@ -143,9 +143,28 @@ class Sagacity:
 
         Every declaration is checked now, not when a refund is due: a `by` that names
         nothing, a compensation with the wrong signature, a missing `by`, or two tools
-        with one name raise `ConfigurationError`.
+        with one name raise `ConfigurationError`. A `SagaTool` this Sagacity already
+        made is returned as it is, in its place, so adapters take both.
         """
-        found = collect_tools(sources)
+        groups: list[SagaTool | list[DeclaredTool]] = []
+        for source in sources:
+            if not isinstance(source, SagaTool):
+                groups.append(collect_tools([source]))
+            elif source.owner is self:
+                groups.append(source)
+            else:
+                raise ConfigurationError(
+                    f"tool {source.name!r} was wrapped by another Sagacity; pass the object "
+                    "or function it came from, or a tool wrapped by this Sagacity"
+                )
+        found = [declared for group in groups if isinstance(group, list) for declared in group]
+        names = [g.name for g in groups if isinstance(g, SagaTool)] + [d.name for d in found]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ConfigurationError(
+                f"two tools are named {repeated[0]!r}; give each tool once, or give one another "
+                "name with compensable(name=...)"
+            )
         for declared in found:
             existing = self._tools.get(declared.name)
             # Wrapping another instance of the same class replaces the tool (and its
@@ -158,19 +177,23 @@ class Sagacity:
                     f"{declared.func.__qualname__}); give one another name with "
                     "compensable(name=...)"
                 )
-        tools = []
-        for declared in found:
-            tool = SagaTool(
-                self,
-                declared.func,
-                name=declared.name,
-                description=declared.description,
-                reversibility=declared.reversibility,
-            )
-            if declared.compensation is not None:
-                self._registry.register(declared.compensation)
-            self._tools[declared.name] = tool
-            tools.append(tool)
+        tools: list[SagaTool] = []
+        for group in groups:
+            if isinstance(group, SagaTool):
+                tools.append(group)
+                continue
+            for declared in group:
+                tool = SagaTool(
+                    self,
+                    declared.func,
+                    name=declared.name,
+                    description=declared.description,
+                    reversibility=declared.reversibility,
+                )
+                if declared.compensation is not None:
+                    self._registry.register(declared.compensation)
+                self._tools[declared.name] = tool
+                tools.append(tool)
         return tools
 
     def tool(self, name: str) -> SagaTool:

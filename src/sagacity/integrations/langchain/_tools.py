@@ -17,7 +17,7 @@ from pydantic import Field, SkipValidation
 
 from sagacity._scope import current_scope
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ApprovalError, ConfigurationError, ReplayMismatchError
+from sagacity.errors import ApprovalError, ReplayMismatchError
 from sagacity.integrations.langchain._graph import (
     can_interrupt,
     classify_langgraph_error,
@@ -117,7 +117,7 @@ def langchain_tools(sagacity: Sagacity, *sources: object, **options: Any) -> lis
             have one name, or `wrap` refused a source.
     """
     sagacity.add_classifier(classify_langgraph_error)
-    return [as_langchain_tool(tool, **options) for tool in _saga_tools(sagacity, sources)]
+    return [as_langchain_tool(tool, **options) for tool in sagacity.wrap(*sources)]
 
 
 def as_langchain_tool(tool: SagaTool, **options: Any) -> SagaStructuredTool:
@@ -147,36 +147,6 @@ def as_langchain_tool(tool: SagaTool, **options: Any) -> SagaStructuredTool:
     else:
         fields["func"] = _sync_call(journaled, reference.response_format)
     return SagaStructuredTool(**fields, saga_tool=journaled)
-
-
-def _saga_tools(sagacity: Sagacity, sources: tuple[object, ...]) -> list[SagaTool]:
-    """The given SagaTools, and `sagacity.wrap` of each run of other sources, in order."""
-    tools: list[SagaTool] = []
-    others: list[object] = []
-    for source in sources:
-        if not isinstance(source, SagaTool):
-            others.append(source)
-            continue
-        if source.owner is not sagacity:
-            raise ConfigurationError(
-                f"tool {source.name!r} was wrapped by another Sagacity; pass the object or "
-                "function it came from, or a tool wrapped by the Sagacity given here"
-            )
-        if others:
-            tools.extend(sagacity.wrap(*others))
-            others.clear()
-        tools.append(source)
-    if others:
-        tools.extend(sagacity.wrap(*others))
-    named: dict[str, SagaTool] = {}
-    for tool in tools:
-        if tool.name in named:
-            raise ConfigurationError(
-                f"two tools are named {tool.name!r}; give each tool once, or give one another "
-                "name with compensable(name=...)"
-            )
-        named[tool.name] = tool
-    return tools
 
 
 def _noting_runs(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -14,7 +14,7 @@ from mcp.server.mcpserver.resolve import find_resolved_parameters
 from mcp.server.mcpserver.utilities.context_injection import find_context_parameter
 from mcp.types import CallToolRequestParams, CallToolResult
 
-from sagacity.errors import ConfigurationError, SagacityError
+from sagacity.errors import SagacityError
 from sagacity.integrations.mcp._sagas import (
     current_tool_call,
     handle_end_request,
@@ -60,15 +60,7 @@ class SagaExtension(Extension):
 
     def __init__(self, sagacity: Sagacity, *sources: object, saga_of: SagaOf | None = None) -> None:
         self.sagacity = sagacity
-        wrapped = [s for s in sources if isinstance(s, SagaTool)]
-        for tool in wrapped:
-            if tool.owner is not sagacity:
-                raise ConfigurationError(
-                    f"tool {tool.name!r} was wrapped by another Sagacity; pass the function or "
-                    "object to this one, or wrap it with the Sagacity that runs the server"
-                )
-        others = [s for s in sources if not isinstance(s, SagaTool)]
-        self.saga_tools: list[SagaTool] = [*wrapped, *(sagacity.wrap(*others) if others else [])]
+        self.saga_tools: list[SagaTool] = sagacity.wrap(*sources)
         """The journaled tools this extension registers."""
         self._saga_of = saga_of or saga_from_meta
         self._sagas = open_sagas(sagacity)

@@ -54,37 +54,7 @@ def function_tools(sagacity: Sagacity, *sources: object, **options: Any) -> list
         ConfigurationError: A `SagaTool` was wrapped by another Sagacity, two tools have
             one name, or `wrap` refused a source.
     """
-    return [as_function_tool(tool, **options) for tool in _saga_tools(sagacity, sources)]
-
-
-def _saga_tools(sagacity: Sagacity, sources: tuple[object, ...]) -> list[SagaTool]:
-    """The given SagaTools, and `sagacity.wrap` of each run of other sources, in order."""
-    tools: list[SagaTool] = []
-    others: list[object] = []
-    for source in sources:
-        if not isinstance(source, SagaTool):
-            others.append(source)
-            continue
-        if source.owner is not sagacity:
-            raise ConfigurationError(
-                f"tool {source.name!r} was wrapped by another Sagacity; pass the object or "
-                "function it came from, or a tool wrapped by the Sagacity given here"
-            )
-        if others:
-            tools.extend(sagacity.wrap(*others))
-            others.clear()
-        tools.append(source)
-    if others:
-        tools.extend(sagacity.wrap(*others))
-    named: dict[str, SagaTool] = {}
-    for tool in tools:
-        if tool.name in named:
-            raise ConfigurationError(
-                f"two tools are named {tool.name!r}; give each tool once, or give one another "
-                "name with compensable(name=...)"
-            )
-        named[tool.name] = tool
-    return tools
+    return [as_function_tool(tool, **options) for tool in sagacity.wrap(*sources)]
 
 
 def as_function_tool(tool: SagaTool, **options: Any) -> FunctionTool:

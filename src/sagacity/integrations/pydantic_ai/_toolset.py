@@ -285,12 +285,7 @@ def saga_toolset(sagacity: Sagacity, *sources: object, **options: Any) -> SagaTo
         A `SagaToolset` around a `FunctionToolset` of the original functions, so the
         definitions sent to the model are exactly those of the unwrapped functions.
     """
-    tools: list[SagaTool] = []
-    for source in sources:
-        if isinstance(source, SagaTool):
-            tools.append(source)
-        else:
-            tools.extend(sagacity.wrap(source))
+    tools = sagacity.wrap(*sources)
     functions: FunctionToolset[Any] = FunctionToolset(**options)
     for tool in tools:
         functions.add_function(tool.func, name=tool.name)
