@@ -36,7 +36,7 @@ def open_stores(url: str) -> tuple[SideEffectJournal, ApprovalStore]:
         path = sqlite_path(url)
         return SqliteJournal(path), SqliteApprovalStore(path)
     if scheme in ("postgresql", "postgres"):
-        from sagacity.journal.postgres import open_postgres_stores  # type: ignore[import-not-found]
+        from sagacity.journal.postgres import open_postgres_stores
 
         stores: tuple[SideEffectJournal, ApprovalStore] = open_postgres_stores(url)
         return stores

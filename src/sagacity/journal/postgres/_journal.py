@@ -1,0 +1,556 @@
+"""The PostgreSQL journal: a total order per saga, under any number of workers.
+
+How an append finds its seq (docs/postgres.md has the reasoning and the measurements):
+
+- **Fast path.** Each journal keeps the head (seq, hash) of the sagas it has read or
+  written. An append seals the next entry on that head and writes it with one prepared
+  `INSERT`, committed as it runs: the physical floor of one durable write. The primary
+  key is the backstop: if another writer took that seq, nothing is written and the
+  append takes the locked path.
+- **Locked path.** One call of the schema's `sagacity_append_locked` function: it takes
+  a transaction-scoped advisory lock on the saga, reads its head (after the lock is
+  granted, so never stale), hashes the entry from the pieces the journal sends, inserts
+  and commits, in one round trip. Used for a saga this journal has not seen, and for a
+  while after a conflict: writers that share a saga queue on its lock, in the server,
+  instead of colliding on the key. The journal checks the server's hash with `seal`.
+
+A lost connection is retried with the entry unchanged: on the fast path, a row at the
+entry's seq with the entry's hash is the entry, written by the try whose reply was
+lost; on the locked path, the function looks for an identical row before it writes.
+An append is never dropped: it succeeds once, or raises `JournalError`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from sagacity.errors import JournalError
+from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
+from sagacity.journal._entry import (
+    GENESIS_HASH,
+    JournalEntry,
+    Phase,
+    hashed_bytes,
+    new_entry,
+    seal,
+    utc_timestamp,
+)
+from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
+from sagacity.journal.postgres._schema import LOCK_CLASS, advisory_key
+
+__all__ = ["AppendStats", "PostgresJournal"]
+
+_COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
+
+_CONTENDED_STREAK = 16
+"""After a conflict, how many locked appends in a row must find no other writer's entry
+since the head they started from before the saga goes back to the fast path."""
+
+_PREV_MARK = "~" * 64
+_SEQ_MARK = 2**53 - 1
+_SEQ_MARK_JSON = str(_SEQ_MARK).encode()
+_PREV_FIELD = b'"prev_hash":"' + _PREV_MARK.encode() + b'"'
+_SEQ_FIELD = b'"seq":' + _SEQ_MARK_JSON
+
+_HEAD_CACHE_SIZE = 10_000
+"""Sagas whose head a journal remembers; the least recently used is forgotten first."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class AppendStats:
+    """How a journal's appends went, counted since it was opened."""
+
+    appends: int
+    """Appends committed."""
+    fast: int
+    """Of those, committed by the one-INSERT fast path."""
+    locked: int
+    """Of those, committed under the saga's advisory lock."""
+    conflicts: int
+    """INSERTs that found their seq already taken by another worker and were redone."""
+    reconnects: int
+    """Attempts redone on a new connection after the server or the network dropped one."""
+
+    @property
+    def retries(self) -> int:
+        """Attempts redone for any reason: conflicts plus reconnects."""
+        return self.conflicts + self.reconnects
+
+
+class _Head:
+    """The last entry of a saga this journal knows of, and how contended the saga is."""
+
+    __slots__ = ("hash", "quiet_needed", "seq")
+
+    def __init__(self, seq: int, hash: str, quiet_needed: int = 0) -> None:
+        self.seq = seq
+        self.hash = hash
+        self.quiet_needed = quiet_needed
+        """Locked appends still needed, finding no other writer, before the fast path."""
+
+
+class _Append:
+    """One append in progress: what to write, and what became of the last try."""
+
+    __slots__ = (
+        "_pieces",
+        "call_id",
+        "in_doubt",
+        "locked_sent",
+        "payload",
+        "phase",
+        "recorded_at",
+        "ref_seq",
+        "saga_id",
+        "sent",
+        "tool_name",
+    )
+
+    def __init__(
+        self,
+        saga_id: str,
+        phase: Phase,
+        tool_name: str | None,
+        call_id: str | None,
+        ref_seq: int | None,
+        payload: JsonValue,
+    ) -> None:
+        self.saga_id = saga_id
+        self.phase = phase
+        self.tool_name = tool_name
+        self.call_id = call_id
+        self.ref_seq = ref_seq
+        self.payload = payload
+        self.sent: tuple[JournalEntry, bytes] | None = None
+        """The entry last sent, until the server answers for it. After a lost connection
+        it is sent again unchanged: a row at its seq with its hash is that entry."""
+        self.in_doubt = False
+        """A connection was lost while `sent` was on its way."""
+        self.locked_sent = False
+        """The locked path's statement was sent and its reply not received: the next
+        try looks for the entry before it writes."""
+        self.recorded_at = ""
+        self._pieces: tuple[str, bytes, bytes, bytes] | None = None
+
+    def pieces(self) -> tuple[str, bytes, bytes, bytes]:
+        """The pieces the locked path sends, made once per append.
+
+        The payload's canonical text, and the entry's canonical JSON cut around the
+        values of `prev_hash` and `seq`, which the server fills in.
+        """
+        if self._pieces is None:
+            payload_bytes = canonical_bytes(self.payload)
+            self.recorded_at = utc_timestamp()
+            whole = hashed_bytes(
+                self.saga_id,
+                _SEQ_MARK,
+                self.phase,
+                self.tool_name,
+                self.call_id,
+                self.ref_seq,
+                payload_bytes,
+                self.recorded_at,
+                _PREV_MARK,
+            )
+            # The payload comes before both fields and only strings after them, so the
+            # last occurrence of each is the field itself.
+            cut = whole.rindex(_PREV_FIELD) + len(_PREV_FIELD) - len(_PREV_MARK) - 1
+            before_prev, rest = whole[:cut], whole[cut + len(_PREV_MARK) :]
+            cut = rest.rindex(_SEQ_FIELD) + len(_SEQ_FIELD) - len(_SEQ_MARK_JSON)
+            before_seq, after_seq = rest[:cut], rest[cut + len(_SEQ_MARK_JSON) :]
+            self._pieces = (payload_bytes.decode(), before_prev, before_seq, after_seq)
+        return self._pieces
+
+    def seal_after(self, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
+        """Seal the entry that follows (`seq`, `prev_hash`)."""
+        return seal(
+            self.saga_id,
+            seq + 1,
+            self.phase,
+            tool_name=self.tool_name,
+            call_id=self.call_id,
+            ref_seq=self.ref_seq,
+            payload=self.payload,
+            prev_hash=prev_hash,
+        )
+
+
+class PostgresJournal:
+    """A journal in PostgreSQL, shared by any number of threads, processes and machines.
+
+    Args:
+        database: A `postgresql://` URL (see docs/postgres.md for its options), or a
+            `PostgresDatabase` to share its pool with an approval store.
+
+    Raises:
+        JournalError: The server cannot be reached or the schema cannot be created.
+        SchemaVersionError: The database holds a newer schema than this sagacity knows.
+    """
+
+    def __init__(self, database: str | PostgresDatabase) -> None:
+        if isinstance(database, str):
+            self._db = PostgresDatabase(database)
+        else:
+            database.acquire()
+            self._db = database
+        self._closed = False
+        table = self._db.tables.journal
+        self._lock_prefix = f"{self._db.tables.qualifier}\x00"
+        self._sql_insert = (
+            f"INSERT INTO {table} ({_COLUMNS}) VALUES "
+            "(%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s)"
+        ).encode()
+        function = self._db.tables.prefix + "sagacity_append_locked"
+        self._sql_append_locked = (
+            f"SELECT seq, prev_hash, hash, lost FROM {function}"
+            "(%s::integer, %s, %s, %s, %s, %s::bigint, %s, %s, %s, %s, %s, %s)"
+        ).encode()
+        self._sql_hash_at = f"SELECT hash FROM {table} WHERE saga_id = %s AND seq = %s::bigint"
+        self._sql_entries = f"SELECT {_COLUMNS} FROM {table} WHERE saga_id = %s ORDER BY seq"
+        self._sql_page = (
+            f"SELECT {_COLUMNS} FROM {table} WHERE (saga_id, seq) > (%s, %s::bigint) "
+            "ORDER BY saga_id, seq LIMIT %s::bigint"
+        )
+        self._sql_sagas_after = _sql_sagas(table, ">")
+        self._sql_sagas_from = _sql_sagas(table, ">=")  # the first page: '' is a saga id too
+        # One guard for the small shared state below; never held across a statement.
+        self._guard = threading.Lock()
+        self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
+        self._fast = self._locked = self._conflicts = self._reconnects = 0
+
+    @property
+    def database(self) -> PostgresDatabase:
+        """The database and pool this journal uses."""
+        return self._db
+
+    @property
+    def stats(self) -> AppendStats:
+        """How appends went so far: the fast path, the locked path, conflicts, reconnects."""
+        with self._guard:
+            return AppendStats(
+                appends=self._fast + self._locked,
+                fast=self._fast,
+                locked=self._locked,
+                conflicts=self._conflicts,
+                reconnects=self._reconnects,
+            )
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(
+        self,
+        saga_id: str,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+    ) -> JournalEntry:
+        """Append an entry and commit it durably (see `SideEffectJournal.append`).
+
+        Raises:
+            JournalError: The entry could not be committed (the message says whether it
+                was surely not written, or may have been); it is never silently dropped.
+        """
+        if self._closed:
+            raise JournalError(
+                f"saga {saga_id!r}: cannot append {phase.value}: the journal is closed; "
+                "open a new one"
+            )
+        return self._append(saga_id, phase, tool_name, call_id, ref_seq, payload)
+
+    def _append(
+        self,
+        saga_id: str,
+        phase: Phase,
+        tool_name: str | None,
+        call_id: str | None,
+        ref_seq: int | None,
+        payload: JsonValue,
+    ) -> JournalEntry:
+        db = self._db
+        deadline = time.monotonic() + db.settings.timeout
+        append = _Append(saga_id, phase, tool_name, call_id, ref_seq, payload)
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                lease = db.checkout(deadline)
+                try:
+                    return self._attempt(lease, append)
+                finally:
+                    db.checkin(lease)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                if append.sent is not None:
+                    append.in_doubt = append.in_doubt or is_transient(error)
+                    if not append.in_doubt:
+                        append.sent = None  # the server refused it: nothing was written
+                if append.locked_sent and not is_transient(error):
+                    append.locked_sent = False  # refused, so not written
+                if db.may_retry(error, deadline, attempts):
+                    with self._guard:
+                        self._reconnects += 1
+                        self._heads.pop(saga_id, None)
+                    continue
+                raise JournalError(self._failure(append, error)) from error
+
+    def _attempt(self, lease: Lease, append: _Append) -> JournalEntry:
+        """One try on one connection: the in-doubt entry, the fast path, the locked path."""
+        saga_id = append.saga_id
+        if append.sent is not None and append.in_doubt:
+            entry = append.sent[0]
+            if self._insert(lease, *append.sent) or self._hash_at(lease, entry) == entry.hash:
+                return self._done(entry, fast=True)
+            append.sent, append.in_doubt = None, False  # another entry holds the seq
+            self._conflict(append)
+        with self._guard:  # seq and hash read together: another thread may move the head
+            head = self._heads.get(saga_id)
+            if head is not None:
+                self._heads.move_to_end(saga_id)
+                seen, quiet = (head.seq, head.hash), head.quiet_needed == 0
+        # After a locked try whose reply was lost, only the locked path may tell whether
+        # that try wrote the entry.
+        if head is not None and quiet and not append.locked_sent:
+            append.sent = append.seal_after(*seen)
+            if self._insert(lease, *append.sent):
+                return self._done(append.sent[0], fast=True)
+            append.sent = None
+            self._conflict(append)
+        return self._append_locked(lease, append, None if head is None else (head, seen))
+
+    def _append_locked(
+        self, lease: Lease, append: _Append, known: tuple[_Head, tuple[int, str]] | None
+    ) -> JournalEntry:
+        """Append through `sagacity_append_locked`: lock, read the head, hash, insert.
+
+        One statement and one round trip; the saga's advisory lock is held only while
+        the server works, from the head read to the commit.
+        """
+        payload_text, before_prev, before_seq, after_seq = append.pieces()
+        find_own, append.locked_sent = append.locked_sent, True
+        row = lease.cursor.execute(
+            self._sql_append_locked,
+            (
+                self._lock_key(append.saga_id),
+                append.saga_id,
+                append.phase.value,
+                append.tool_name,
+                append.call_id,
+                append.ref_seq,
+                payload_text,
+                append.recorded_at,
+                before_prev,
+                before_seq,
+                after_seq,
+                find_own,
+            ),
+        ).fetchone()
+        append.locked_sent = False
+        if row is None:  # the function returns one row or raises: the schema was altered
+            raise JournalError(
+                f"saga {append.saga_id!r}: sagacity_append_locked returned no row in "
+                f"{self._db.settings.where}; its schema was changed outside sagacity"
+            )
+        seq, prev_hash, digest, lost = row
+        entry, _ = seal(
+            append.saga_id,
+            seq,
+            append.phase,
+            tool_name=append.tool_name,
+            call_id=append.call_id,
+            ref_seq=append.ref_seq,
+            payload=append.payload,
+            prev_hash=prev_hash,
+            recorded_at=append.recorded_at,
+        )
+        if entry.hash != digest:
+            raise JournalError(
+                f"saga {append.saga_id!r}: the database hashed seq {seq} to {digest[:12]}…, "
+                f"but the entry hashes to {entry.hash[:12]}…; the row is written: verify the "
+                "saga (sagacity.audit.verify) and report this as a bug"
+            )
+        with self._guard:
+            self._conflicts += lost
+            if known is not None:
+                # Quiet when the entry follows the head this append started from: no
+                # other writer, in this process or another, appended in between.
+                head, seen = known
+                if seen != (seq - 1, prev_hash) or lost:
+                    head.quiet_needed = _CONTENDED_STREAK
+                elif head.quiet_needed > 0:
+                    head.quiet_needed -= 1
+        return self._done(entry, fast=False)
+
+    def _conflict(self, append: _Append) -> None:
+        """Another writer took the seq: count it, and queue on the saga's lock a while."""
+        with self._guard:
+            self._conflicts += 1
+            head = self._heads.get(append.saga_id)
+            if head is not None:
+                head.quiet_needed = _CONTENDED_STREAK
+
+    def _lock_key(self, saga_id: str) -> int:
+        return advisory_key(self._lock_prefix + saga_id)
+
+    def advisory_lock_key(self, saga_id: str) -> tuple[int, int]:
+        """The keys of the advisory lock that appends to `saga_id` on the locked path take.
+
+        An operator holding `pg_advisory_xact_lock(k1, k2)` pauses those appends; the
+        fast path does not take it (docs/postgres.md).
+        """
+        return LOCK_CLASS, self._lock_key(saga_id)
+
+    def _insert(self, lease: Lease, entry: JournalEntry, payload_bytes: bytes) -> bool:
+        """Insert `entry`, committing it; False when its seq was taken.
+
+        A plain INSERT, not `ON CONFLICT DO NOTHING`: speculative insertion costs the
+        server an extra index probe and WAL record on every append, to spare an error
+        only in the rare case of a conflict.
+        """
+        try:
+            lease.cursor.execute(self._sql_insert, _row(entry, payload_bytes))
+        except psycopg.errors.UniqueViolation:
+            return False
+        return True
+
+    def _hash_at(self, lease: Lease, entry: JournalEntry) -> str | None:
+        """The hash of the row at `entry`'s seq, if there is one."""
+        row = lease.conn.execute(self._sql_hash_at, (entry.saga_id, entry.seq)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _done(self, entry: JournalEntry, *, fast: bool) -> JournalEntry:
+        """Count the append and move the saga's head to it."""
+        with self._guard:
+            if fast:
+                self._fast += 1
+            else:
+                self._locked += 1
+            self._move_head(entry.saga_id, entry.seq, entry.hash)
+        return entry
+
+    def _move_head(self, saga_id: str, seq: int, hash: str) -> None:
+        """Record a head read or written (under the guard); a head only moves forward."""
+        head = self._heads.get(saga_id)
+        if head is None:
+            self._heads[saga_id] = _Head(seq, hash)
+            if len(self._heads) > _HEAD_CACHE_SIZE:
+                self._heads.popitem(last=False)
+        elif seq > head.seq:
+            head.seq, head.hash = seq, hash
+
+    def _failure(self, append: _Append, error: BaseException) -> str:
+        what = append.phase.value
+        if append.tool_name is not None:
+            what += f" of tool {append.tool_name!r}"
+        if append.call_id is not None:
+            what += f" (call {append.call_id!r})"
+        if append.sent is not None and append.in_doubt:
+            entry = append.sent[0]
+            fate = (
+                f"the entry may or may not have been committed at seq {entry.seq} "
+                f"(hash {entry.hash[:12]}…); read the saga's journal once the server is back"
+            )
+        elif append.locked_sent:
+            fate = (
+                f"the entry may or may not have been committed (recorded_at "
+                f"{append.recorded_at}); read the saga's journal once the server is back"
+            )
+        else:
+            fate = "the entry was not written"
+        return (
+            f"saga {append.saga_id!r}: cannot append {what} to {self._db.settings.where}: "
+            f"{self._db.describe_error(error)}; {fate}"
+        )
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def entries(self, saga_id: str) -> list[JournalEntry]:
+        """Return a saga's entries in seq order."""
+        rows = self._db.run(
+            lambda: f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}",
+            lambda conn: conn.execute(self._sql_entries, (saga_id,)).fetchall(),
+        )
+        entries = [_entry_from_row(row) for row in rows]
+        with self._guard:
+            if entries:
+                self._move_head(saga_id, entries[-1].seq, entries[-1].hash)
+            else:
+                self._move_head(saga_id, 0, GENESIS_HASH)
+        return entries
+
+    def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
+        """Return saga ids in ascending order (by code point), after `after`."""
+        rows = self._db.run(
+            lambda: f"cannot list the sagas in {self._db.settings.where}",
+            lambda conn: conn.execute(
+                self._sql_sagas_from if after is None else self._sql_sagas_after,
+                ("" if after is None else after, limit),
+            ).fetchall(),
+        )
+        return [str(row[0]) for row in rows]
+
+    def list_entries(
+        self, *, after: tuple[str, int] | None = None, limit: int = 1000
+    ) -> list[JournalEntry]:
+        """Return entries ordered by (saga_id, seq), after `after`: one index range scan."""
+        saga_id, seq = after if after is not None else ("", 0)
+        rows = self._db.run(
+            lambda: f"cannot read the journal in {self._db.settings.where} after {after!r}",
+            lambda conn: conn.execute(self._sql_page, (saga_id, seq, limit)).fetchall(),
+        )
+        return [_entry_from_row(row) for row in rows]
+
+    def close(self) -> None:
+        """Release this journal's hold on the connection pool; closing twice is harmless."""
+        if not self._closed:
+            self._closed = True
+            self._db.release()
+
+
+def _sql_sagas(table: str, operator: str) -> str:
+    """Saga ids after (or from) a bound: a loose index scan, one probe per saga."""
+    return f"""
+        WITH RECURSIVE ids AS (
+            (SELECT saga_id FROM {table} WHERE saga_id {operator} %s ORDER BY saga_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.saga_id FROM {table} j WHERE j.saga_id > ids.saga_id
+                    ORDER BY j.saga_id LIMIT 1)
+            FROM ids WHERE ids.saga_id IS NOT NULL
+        )
+        SELECT saga_id FROM ids WHERE saga_id IS NOT NULL LIMIT %s::bigint
+    """
+
+
+def _row(entry: JournalEntry, payload_bytes: bytes) -> tuple[Any, ...]:
+    return (
+        entry.saga_id,
+        entry.seq,
+        entry.phase.value,
+        entry.tool_name,
+        entry.call_id,
+        entry.ref_seq,
+        payload_bytes.decode(),
+        entry.recorded_at,
+        entry.prev_hash,
+        entry.hash,
+    )
+
+
+def _entry_from_row(row: tuple[Any, ...]) -> JournalEntry:
+    try:
+        phase = Phase(row[2])
+        payload = decode_canonical(row[6])
+    except (ValueError, TypeError) as error:
+        raise JournalError(
+            f"saga {row[0]!r} seq {row[1]!r}: the stored row cannot be read ({error}); "
+            "sagacity_journal was edited outside sagacity: audit it"
+        ) from error
+    return new_entry(row[0], row[1], phase, row[3], row[4], row[5], payload, row[7], row[8], row[9])
