@@ -17,6 +17,16 @@ BACKENDS = ["memory", "sqlite", "postgres"]
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database URL for each backend; Postgres gets a schema of its own."""
+    yield from _url_for(request, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL for each backend that separate Sagacity instances (workers) share."""
+    yield from _url_for(request, tmp_path)
+
+
+def _url_for(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "memory":
         yield "memory://"
     elif request.param == "sqlite":

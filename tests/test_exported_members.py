@@ -15,17 +15,17 @@ class TestExportedMembers:
     def test_public_names(self) -> None:
         """The names users import are pinned: a change here is an API change."""
         assert set(sagacity.__all__) == {
-            "ApprovalAlreadyUsedError", "ApprovalError", "ApprovalExpiredError",
-            "ApprovalHashMismatchError", "ApprovalMissingError", "ApprovalNotFoundError",
-            "ApprovalRejectedError", "ApprovalRequest", "ApprovalStore", "CallRef",
-            "CompensationContext", "CompensationReport", "ConfigurationError", "CurrentCall",
-            "FailureKind", "InDoubtError", "InMemoryApprovalStore", "InMemoryJournal",
-            "JournalEntry", "JournalError", "NestedSagaError", "NoSagaError", "Phase",
-            "ReplayMismatchError", "Reversibility", "SagaNotFoundError", "SagaOutcome",
+            "AppendConflictError", "ApprovalAlreadyUsedError", "ApprovalError",
+            "ApprovalExpiredError", "ApprovalHashMismatchError", "ApprovalMissingError",
+            "ApprovalNotFoundError", "ApprovalRejectedError", "ApprovalRequest", "ApprovalStore",
+            "CallRef", "CompensationContext", "CompensationReport", "ConfigurationError",
+            "CurrentCall", "FailureKind", "InDoubtError", "InMemoryApprovalStore",
+            "InMemoryJournal", "JournalEntry", "JournalError", "NestedSagaError", "NoSagaError",
+            "Phase", "ReplayMismatchError", "Reversibility", "SagaNotFoundError", "SagaOutcome",
             "SagaResult", "SagaStateError", "SagaTool", "Sagacity", "SagacityError",
-            "SchemaVersionError", "SerializationError", "SideEffectJournal",
-            "SqliteApprovalStore", "SqliteJournal", "VerificationReport", "compensable",
-            "compensation", "current_call", "to_json", "verify",
+            "SchemaVersionError", "SerializationError", "SideEffectJournal", "SqliteApprovalStore",
+            "SqliteJournal", "VerificationReport", "compensable", "compensation", "current_call",
+            "to_json", "verify",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

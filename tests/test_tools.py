@@ -712,11 +712,18 @@ class FailingJournal(InMemoryJournal):
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> Any:
         if phase is self.failing:
             raise JournalError(f"saga {saga_id!r}: disk full")
         return super().append(
-            saga_id, phase, tool_name=tool_name, call_id=call_id, ref_seq=ref_seq, payload=payload
+            saga_id,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+            expected_seq=expected_seq,
         )
 
 

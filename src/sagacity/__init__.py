@@ -18,6 +18,7 @@ from sagacity.approval import (
 from sagacity.audit import VerificationReport, verify
 from sagacity.compensation import CallRef, CompensationContext, CompensationReport
 from sagacity.errors import (
+    AppendConflictError,
     ApprovalAlreadyUsedError,
     ApprovalError,
     ApprovalExpiredError,
@@ -55,6 +56,7 @@ __version__ = "0.1.0"
 from sagacity.annotations import compensation  # noqa: F811
 
 __all__ = [
+    "AppendConflictError",
     "ApprovalAlreadyUsedError",
     "ApprovalError",
     "ApprovalExpiredError",

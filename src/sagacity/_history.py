@@ -95,6 +95,11 @@ class SagaHistory:
         return next((e for e in self.entries if e.seq == seq), None)
 
     @property
+    def last_seq(self) -> int:
+        """The seq of the saga's last entry; 0 when it has none."""
+        return self.entries[-1].seq if self.entries else 0
+
+    @property
     def outcome(self) -> str | None:
         """The outcome of the latest ENDED entry, or None while the saga is open."""
         if self.ended is None:

@@ -78,6 +78,7 @@ class SagaScope:
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> JournalEntry:
         """Append to the saga's journal and to the scope's index of it."""
         with self.lock:
@@ -88,6 +89,7 @@ class SagaScope:
                 call_id=call_id,
                 ref_seq=ref_seq,
                 payload=payload,
+                expected_seq=expected_seq,
             )
             self.history.add(entry)
             return entry

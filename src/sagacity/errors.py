@@ -5,7 +5,8 @@ SagacityError                      500
 ├── ConfigurationError             500  a declaration is wrong (found at wrap time)
 ├── SerializationError             422  a value cannot be made JSON
 ├── JournalError                   503  the journal could not be read or written
-│   └── SchemaVersionError         503  the database has a newer schema than this code
+│   ├── SchemaVersionError         503  the database has a newer schema than this code
+│   └── AppendConflictError        409  a conditional append found the saga moved on
 ├── SagaStateError                 409  the saga is not in a state that allows this
 │   ├── NestedSagaError            409  a saga was opened inside another
 │   ├── NoSagaError                409  an IRREVERSIBLE tool was called outside a saga
@@ -28,6 +29,7 @@ approval is not an error: it is a saga outcome (`SagaOutcome.AWAITING_APPROVAL`)
 from __future__ import annotations
 
 __all__ = [
+    "AppendConflictError",
     "ApprovalAlreadyUsedError",
     "ApprovalError",
     "ApprovalExpiredError",
@@ -73,6 +75,34 @@ class JournalError(SagacityError):
 
 class SchemaVersionError(JournalError):
     """The database was written by a newer sagacity than this one."""
+
+
+class AppendConflictError(JournalError):
+    """A conditional append found another last seq than expected; nothing was written.
+
+    Raised by `SideEffectJournal.append(..., expected_seq=n)` when the saga's last seq
+    is not `n`: another writer appended since the caller read the journal. Read the
+    saga's journal again and decide anew.
+    """
+
+    status_code = 409
+
+    def __init__(self, saga_id: str, expected_seq: int, found_seq: int) -> None:
+        super().__init__(
+            f"saga {saga_id!r}: the append expected seq {expected_seq} as the saga's last "
+            f"entry, but found seq {found_seq}: another writer appended first and nothing "
+            "was written; read the saga's journal again before deciding what to append"
+        )
+        self.saga_id = saga_id
+        """The saga appended to."""
+        self.expected_seq = expected_seq
+        """The last seq the append required."""
+        self.found_seq = found_seq
+        """The saga's last seq when the append was refused (0: no entries)."""
+
+    def __reduce__(self) -> tuple[type[AppendConflictError], tuple[str, int, int]]:
+        # Rebuilt from its fields, not from the message, when it crosses a process.
+        return type(self), (self.saga_id, self.expected_seq, self.found_seq)
 
 
 class SagaStateError(SagacityError):

@@ -17,6 +17,7 @@ from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._check import check_approved
 from sagacity.errors import (
+    AppendConflictError,
     ApprovalError,
     ApprovalExpiredError,
     ApprovalMissingError,
@@ -338,6 +339,9 @@ class SagaTool:
         return scope
 
 
+_CONFLICT_RETRIES = 8
+"""How often an approved call re-checks after another writer appended to its saga first."""
+
 _REPLAY = object()
 _PAUSE = object()
 _RUN = object()
@@ -401,18 +405,46 @@ class _Call:
                         f"compensated; IRREVERSIBLE tool {tool.name!r} is not run. Run it in a "
                         "new saga if it is still wanted"
                     )
-                try:
-                    self.request = self._approved_request()
-                except ApprovalError as refusal:
-                    scope.refusal = refusal
-                    raise
-                if self.request is None:
-                    return _PAUSE, self._request_approval()
-                payload["request_id"] = self.request.request_id
+                return self._begin_approved(payload)
             self.intent = scope.append(
                 Phase.INTENT, tool_name=tool.name, call_id=self.call_id, payload=payload
             )
         return _RUN, None
+
+    def _begin_approved(self, payload: dict[str, JsonValue]) -> tuple[object, Any]:
+        """Check the approval and journal INTENT as one step against other workers.
+
+        Workers resuming the same saga at once each see the approval unused. The INTENT is
+        appended only if the journal is still as the check read it; if another worker
+        appended first, the check runs again on what it wrote, so the approved call runs
+        once.
+        """
+        scope = self.scope
+        for _ in range(_CONFLICT_RETRIES):
+            try:
+                self.request = self._approved_request()  # re-reads the journal
+            except ApprovalError as refusal:
+                scope.refusal = refusal
+                raise
+            if self.request is None:
+                return _PAUSE, self._request_approval()
+            payload["request_id"] = self.request.request_id
+            try:
+                self.intent = scope.append(
+                    Phase.INTENT,
+                    tool_name=self.tool.name,
+                    call_id=self.call_id,
+                    payload=payload,
+                    expected_seq=scope.history.last_seq,
+                )
+            except AppendConflictError:
+                continue
+            return _RUN, None
+        raise JournalError(
+            f"saga {scope.saga_id!r}: the INTENT of approved call {self.call_id!r} lost "
+            f"{_CONFLICT_RETRIES} races with other writers of the saga; it was not run, resume "
+            "again"
+        )
 
     def _replay(self, prior: CallState) -> tuple[object, Any] | None:
         saga, name = self.scope.saga_id, self.tool.name

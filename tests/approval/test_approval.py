@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import hashlib
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -23,6 +24,7 @@ import rfc8785
 
 from sagacity import (
     ApprovalAlreadyUsedError,
+    ApprovalError,
     ApprovalExpiredError,
     ApprovalHashMismatchError,
     ApprovalMissingError,
@@ -35,8 +37,10 @@ from sagacity import (
     Reversibility,
     Sagacity,
     SagaOutcome,
+    SagaStateError,
     SqliteApprovalStore,
     compensable,
+    verify,
 )
 from sagacity.testing import FakeClock
 from tests._shop import Shop, order_then_wire, phases, tools_of
@@ -719,3 +723,49 @@ class TestAcrossProcesses:
             assert phases(later.history(SAGA))[-1] == ("ENDED", None, None)
         finally:
             later.close()
+
+    def test_workers_resuming_at_once_run_the_approved_call_once(
+        self, shared_store_url: str
+    ) -> None:
+        """Workers that resume one approved saga at the same moment run its call exactly once.
+
+        Each checks the approval unused; the INTENT is appended only if the journal is as
+        the check read it, so the losers re-check, find the call taken and are refused.
+        """
+        store_url = shared_store_url
+        starter = Sagacity.from_url(store_url)
+        waiting_saga(starter)
+        starter.approve(SAGA, approver="alice@treasury")
+        workers = [Sagacity.from_url(store_url) for _ in range(4)]
+        shops = [Shop() for _ in workers]
+        for worker, shop in zip(workers, shops, strict=True):
+            tools_of(worker, shop)
+        barrier = threading.Barrier(len(workers))
+        outcomes: list[str] = []
+
+        def resume(worker: Sagacity) -> None:
+            barrier.wait()
+            try:
+                outcomes.append(worker.resume_saga(SAGA).outcome.value)
+            except (ApprovalError, SagaStateError) as refusal:
+                outcomes.append(type(refusal).__name__)
+
+        threads = [threading.Thread(target=resume, args=(w,)) for w in workers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        try:
+            assert sum(shop.calls["send_wire_transfer"] for shop in shops) == 1
+            assert outcomes.count("COMPLETED") == 1
+            assert len(outcomes) == len(workers)
+            wires = [
+                e.call_id
+                for e in starter.history(SAGA)
+                if e.phase is Phase.INTENT and e.tool_name == "send_wire_transfer"
+            ]
+            assert wires == ["send_wire_transfer#1"]
+            assert verify(starter.journal, SAGA).ok
+        finally:
+            for instance in (starter, *workers):
+                instance.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import itertools
+import pickle
 import re
 import sqlite3
 import threading
@@ -14,15 +15,18 @@ from typing import Any
 import pytest
 
 from sagacity import (
+    AppendConflictError,
     ApprovalRequest,
     ApprovalStore,
+    JournalError,
     Phase,
     Sagacity,
     SchemaVersionError,
     SerializationError,
     SideEffectJournal,
+    verify,
 )
-from sagacity.journal import GENESIS_HASH, canonical_bytes, sha256_hex
+from sagacity.journal import GENESIS_HASH, JournalEntry, canonical_bytes, sha256_hex
 
 RFC3339_UTC_MICROS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -143,6 +147,179 @@ class TestAppend:
         assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(entries))
         written = sorted((e.payload["worker"], e.payload["n"]) for e in entries)
         assert written == [(w, n) for w in range(8) for n in range(100)]
+
+
+def race(
+    journals: list[SideEffectJournal], saga_id: str, expected_seq: int, per_journal: int
+) -> tuple[list[JournalEntry], list[AppendConflictError]]:
+    """Append from `per_journal` threads on each journal at once, all with `expected_seq`."""
+    workers = [(journal, n) for journal in journals for n in range(per_journal)]
+    barrier = threading.Barrier(len(workers))
+    won: list[JournalEntry] = []
+    lost: list[AppendConflictError] = []
+
+    def append(journal: SideEffectJournal, worker: int) -> None:
+        barrier.wait()
+        try:
+            won.append(
+                journal.append(
+                    saga_id,
+                    Phase.INTENT,
+                    tool_name="send_wire_transfer",
+                    call_id="send_wire_transfer#1",
+                    payload={"worker": worker},
+                    expected_seq=expected_seq,
+                )
+            )
+        except AppendConflictError as error:
+            lost.append(error)
+
+    threads = [threading.Thread(target=append, args=worker) for worker in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won, lost
+
+
+class TestConditionalAppend:
+    def test_the_expected_seq_places_the_entry_right_after_it(
+        self, journal: SideEffectJournal
+    ) -> None:
+        """expected_seq=n appends seq n+1 chained to seq n; 0 starts a saga at the genesis."""
+        first = journal.append("order-1", Phase.INTENT, tool_name="t", expected_seq=0)
+        second = journal.append("order-1", Phase.EXECUTED, ref_seq=1, expected_seq=1)
+        third = journal.append("order-1", Phase.INTENT)
+        fourth = journal.append("order-1", Phase.EXECUTED, payload={"r": 1}, expected_seq=3)
+        assert [e.seq for e in (first, second, third, fourth)] == [1, 2, 3, 4]
+        assert (first.prev_hash, second.prev_hash) == (GENESIS_HASH, first.hash)
+        assert (third.prev_hash, fourth.prev_hash) == (second.hash, third.hash)
+        assert journal.entries("order-1") == [first, second, third, fourth]
+        assert all(e.computed_hash() == e.hash for e in journal.entries("order-1"))
+
+    @pytest.mark.parametrize("wrong", [0, 1, 3, 9, -1])
+    def test_a_wrong_expected_seq_writes_nothing(
+        self, journal: SideEffectJournal, wrong: int
+    ) -> None:
+        """A last seq other than expected raises AppendConflictError naming both seqs.
+
+        Nothing is written, and the saga's next appends, conditional or not, go on from
+        its real head.
+        """
+        written = fill(journal, "order-1", 2)
+        with pytest.raises(AppendConflictError) as caught:
+            journal.append("order-1", Phase.INTENT, payload="late", expected_seq=wrong)
+        error = caught.value
+        assert (error.saga_id, error.expected_seq, error.found_seq) == ("order-1", wrong, 2)
+        assert str(error).startswith(
+            f"saga 'order-1': the append expected seq {wrong} as the saga's last entry, "
+            "but found seq 2"
+        )
+        assert journal.entries("order-1") == written
+        right = journal.append("order-1", Phase.ENDED, expected_seq=2)
+        assert (right.seq, right.prev_hash) == (3, written[1].hash)
+        assert journal.append("order-1", Phase.ENDED).seq == 4
+        assert verify(journal, "order-1").ok
+
+    def test_a_saga_with_no_entries_has_last_seq_zero(self, journal: SideEffectJournal) -> None:
+        """Expecting seq 1 of an unknown saga conflicts (found 0) and does not create it."""
+        with pytest.raises(AppendConflictError, match=r"expected seq 1 .* found seq 0"):
+            journal.append("order-9", Phase.INTENT, expected_seq=1)
+        assert journal.entries("order-9") == []
+        assert journal.list_sagas() == []
+        assert journal.append("order-9", Phase.INTENT, expected_seq=0).seq == 1
+
+    def test_the_conflict_is_a_journal_error_that_survives_pickling(
+        self, journal: SideEffectJournal
+    ) -> None:
+        """It is a JournalError with status 409, and crosses a process boundary intact."""
+        journal.append("order-1", Phase.INTENT)
+        with pytest.raises(AppendConflictError) as caught:
+            journal.append("order-1", Phase.INTENT, expected_seq=0)
+        error = caught.value
+        assert isinstance(error, JournalError)
+        assert error.status_code == 409
+        copy = pickle.loads(pickle.dumps(error))
+        assert (type(copy), str(copy)) == (AppendConflictError, str(error))
+        assert (copy.saga_id, copy.expected_seq, copy.found_seq) == ("order-1", 0, 1)
+
+    @pytest.mark.parametrize("start", [0, 3], ids=["new-saga", "after-3"])
+    def test_threads_racing_with_one_expected_seq(
+        self, journal: SideEffectJournal, start: int
+    ) -> None:
+        """Of 8 threads appending with the same expected_seq, exactly one wins, each round.
+
+        The others see the winner's seq; the chain has one entry per round and verifies.
+        """
+        fill(journal, "wire-1", start)
+        for last in range(start, start + 5):
+            won, lost = race([journal], "wire-1", last, per_journal=8)
+            assert [e.seq for e in won] == [last + 1]
+            assert [(e.expected_seq, e.found_seq) for e in lost] == [(last, last + 1)] * 7
+            assert journal.entries("wire-1")[-1] == won[0]
+        entries = journal.entries("wire-1")
+        assert [e.seq for e in entries] == list(range(1, start + 6))
+        assert verify(journal, "wire-1").ok
+
+
+@pytest.mark.parametrize("store_url", ["sqlite", "postgres"], indirect=True)
+class TestConditionalAppendAcrossJournals:
+    """Two journals on one database, as two processes have, each with its own cached head."""
+
+    @pytest.fixture
+    def other(self, store_url: str) -> Iterator[SideEffectJournal]:
+        """A second journal on the same database."""
+        instance = Sagacity.from_url(store_url)
+        yield instance.journal
+        instance.close()
+
+    def test_an_entry_written_by_the_other_journal_is_chained_to(
+        self, journal: SideEffectJournal, other: SideEffectJournal
+    ) -> None:
+        """A journal whose cached head is stale appends after the real head, not its own.
+
+        And expecting the seq it cached, now stale, conflicts without writing.
+        """
+        mine = journal.append("order-1", Phase.INTENT)
+        theirs = other.append("order-1", Phase.EXECUTED, ref_seq=1, expected_seq=1)
+        with pytest.raises(AppendConflictError) as caught:
+            journal.append("order-1", Phase.EXECUTED, ref_seq=1, expected_seq=1)
+        assert (caught.value.expected_seq, caught.value.found_seq) == (1, 2)
+        entry = journal.append("order-1", Phase.ENDED, expected_seq=2)
+        assert (entry.seq, entry.prev_hash) == (3, theirs.hash)
+        assert other.entries("order-1") == [mine, theirs, entry]
+        assert verify(other, "order-1").ok
+
+    @pytest.mark.parametrize("known", ["both", "one", "none"])
+    def test_two_journals_racing_with_one_expected_seq(
+        self, store_url: str, journal: SideEffectJournal, other: SideEffectJournal, known: str
+    ) -> None:
+        """4 threads on each journal race with the same expected_seq: exactly one wins.
+
+        Before each round a third journal appends, so the racing journals' cached heads
+        are stale unless they read the saga again: with both heads known (one INSERT
+        each, the key decides), one, or none (the head read first), each round has one
+        winner, the losers see its seq, and the chain verifies.
+        """
+        third = Sagacity.from_url(store_url)
+        winners: list[JournalEntry] = []
+        try:
+            for round_ in range(4):
+                last = third.journal.append("wire-1", Phase.ENDED, payload=round_).seq
+                if known in ("both", "one"):
+                    assert journal.entries("wire-1")[-1].seq == last
+                if known == "both":
+                    assert other.entries("wire-1")[-1].seq == last
+                won, lost = race([journal, other], "wire-1", last, per_journal=4)
+                assert [e.seq for e in won] == [last + 1]
+                assert [(e.expected_seq, e.found_seq) for e in lost] == [(last, last + 1)] * 7
+                winners += won
+            entries = third.journal.entries("wire-1")
+        finally:
+            third.close()
+        assert [e.seq for e in entries] == list(range(1, 9))
+        assert entries[1::2] == winners
+        assert verify(journal, "wire-1").ok
 
 
 class TestReadBack:

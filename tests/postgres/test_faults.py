@@ -11,7 +11,14 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from sagacity import JournalError, Phase, Sagacity, SagaOutcome, compensable
+from sagacity import (
+    AppendConflictError,
+    JournalError,
+    Phase,
+    Sagacity,
+    SagaOutcome,
+    compensable,
+)
 from sagacity.audit import verify
 from sagacity.journal import JournalEntry
 from sagacity.journal.postgres import PostgresJournal
@@ -79,6 +86,14 @@ def database_of(url: str) -> str:
     return urlsplit(url).path.lstrip("/")
 
 
+def through_proxy(pg_url: str) -> tuple[CuttingProxy, str]:
+    """A proxy to the server of `pg_url`, and the URL that goes through it."""
+    parts = urlsplit(pg_url)
+    proxy = CuttingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
+    netloc = parts.netloc.rsplit("@", 1)[0] + f"@127.0.0.1:{proxy.port}"
+    return proxy, with_query(urlunsplit(parts._replace(netloc=netloc)), sslmode="disable")
+
+
 class TestBackendKilledMidAppend:
     def test_killed_while_waiting_for_the_saga_lock(self, pg_url: str, admin: Admin) -> None:
         """A backend killed on the locked path: the append is redone once and written once."""
@@ -132,10 +147,7 @@ class TestBackendKilledMidAppend:
     @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "locked-path"])
     def test_reply_lost_after_the_commit(self, pg_url: str, fast: bool) -> None:
         """The server commits, the reply is lost: the retry finds its own row, not a twin."""
-        parts = urlsplit(pg_url)
-        proxy = CuttingProxy(parts.hostname or "127.0.0.1", parts.port or 5432)
-        netloc = parts.netloc.rsplit("@", 1)[0] + f"@127.0.0.1:{proxy.port}"
-        url = with_query(urlunsplit(parts._replace(netloc=netloc)), sslmode="disable")
+        proxy, url = through_proxy(pg_url)
         journal = PostgresJournal(url)
         try:
             if fast:
@@ -149,6 +161,79 @@ class TestBackendKilledMidAppend:
         finally:
             journal.close()
             proxy.close()
+
+
+class TestConditionalAppendRetried:
+    @pytest.mark.parametrize("known", [True, False], ids=["head-known", "head-read"])
+    def test_reply_lost_after_the_commit_is_not_a_conflict(self, pg_url: str, known: bool) -> None:
+        """The conditional INSERT commits and its reply is lost: the retry returns that entry.
+
+        The row at expected_seq + 1 is the entry itself, so it is no conflict.
+        """
+        writer = PostgresJournal(pg_url)
+        proxy, url = through_proxy(pg_url)
+        journal = PostgresJournal(url)
+        try:
+            first = writer.append("wire-1", Phase.AWAITING_APPROVAL, payload={"amount": "10"})
+            if known:
+                assert journal.entries("wire-1") == [first]  # the head is known: one INSERT
+            proxy.cut_reply_containing(b"INSERT 0 1")
+            entry = journal.append(
+                "wire-1", Phase.INTENT, tool_name="wire", payload={"amount": "10"}, expected_seq=1
+            )
+            assert proxy.cuts == 1
+            assert (entry.seq, entry.prev_hash) == (2, first.hash)
+            assert writer.entries("wire-1") == [first, entry]
+            assert (journal.stats.reconnects, journal.stats.conflicts) == (1, 0)
+        finally:
+            journal.close()
+            writer.close()
+            proxy.close()
+
+    @pytest.mark.parametrize("other_commits", [False, True], ids=["rolled-back", "committed"])
+    def test_killed_while_its_insert_waits(
+        self, pg_url: str, admin: Admin, other_commits: bool
+    ) -> None:
+        """A conditional INSERT waits on another writer's row at its seq, and is killed.
+
+        The entry is sent again: written if the other writer rolled back, a conflict naming
+        the other's seq if it committed; never both, never a second copy.
+        """
+        journal = PostgresJournal(pg_url)
+        try:
+            intent = journal.append("order-1", Phase.INTENT, tool_name="reserve", payload={})
+            schema = dict(p.split("=") for p in urlsplit(pg_url).query.split("&"))["schema"]
+            admin.execute("BEGIN")  # an uncommitted row at seq 2 makes the INSERT wait
+            admin.execute(
+                f'INSERT INTO "{schema}".sagacity_journal VALUES '
+                "('order-1', 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
+                (intent.hash, "f" * 64),
+            )
+            thread, outcome = in_thread(
+                lambda: journal.append(
+                    "order-1", Phase.EXECUTED, ref_seq=1, payload="res-1", expected_seq=1
+                )
+            )
+            terminate(admin, blocked_backend(admin))
+            admin.execute("COMMIT" if other_commits else "ROLLBACK")
+            thread.join()
+            entries = journal.entries("order-1")
+            assert journal.stats.reconnects == 1
+            if other_commits:
+                error = outcome["error"]
+                assert isinstance(error, AppendConflictError)
+                assert (error.expected_seq, error.found_seq) == (1, 2)
+                assert [(e.seq, e.phase, e.hash) for e in entries] == [
+                    (1, Phase.INTENT, intent.hash),
+                    (2, Phase.ENDED, "f" * 64),
+                ]
+            else:
+                executed = outcome["entry"]
+                assert entries == [intent, executed]
+                assert (executed.seq, executed.prev_hash) == (2, intent.hash)
+                assert verify(journal, "order-1").ok
+        finally:
+            journal.close()
 
 
 class Shop:

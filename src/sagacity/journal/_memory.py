@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import threading
 
+from sagacity.errors import AppendConflictError
 from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
 from sagacity.journal._entry import (
     GENESIS_HASH,
@@ -44,14 +45,26 @@ class InMemoryJournal:
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> JournalEntry:
-        """Append an entry (see `SideEffectJournal.append`)."""
+        """Append an entry, if the saga's last seq is `expected_seq` when given.
+
+        See `SideEffectJournal.append`.
+
+        Raises:
+            AppendConflictError: `expected_seq` is not the saga's last seq; nothing was
+                written.
+        """
         payload_bytes = canonical_bytes(payload)  # SerializationError before the lock
         # The entry keeps its own copy of the payload, read back from the hashed bytes as
         # the SQL backends do: the caller's object may be changed later, the copy is not.
         stored = payload if type(payload) in _IMMUTABLE else decode_canonical(payload_bytes)
         with self._lock:
             chain = self._sagas.get(saga_id)
+            if expected_seq is not None:
+                found = 0 if chain is None else len(chain)
+                if found != expected_seq:
+                    raise AppendConflictError(saga_id, expected_seq, found)
             if chain is None:
                 chain = self._sagas[saga_id] = []
             seq = len(chain) + 1

@@ -23,11 +23,18 @@ class SideEffectJournal(Protocol):
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> JournalEntry:
         """Durably append an entry; the journal assigns seq, time and hashes.
 
         Returns only once the entry is committed. Raises `JournalError` when it cannot
         be; an append is never silently dropped.
+
+        With `expected_seq`, the append is conditional: the entry is written only if the
+        saga's last seq is exactly `expected_seq` (0 for a saga with no entries), and so
+        gets seq `expected_seq + 1`. Of writers racing with the same `expected_seq`, in
+        this process or any other sharing the store, exactly one succeeds; the others
+        write nothing and raise `AppendConflictError`, a `JournalError`.
         """
         ...
 

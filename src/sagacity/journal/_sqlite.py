@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sagacity._sqlite import connect
-from sagacity.errors import JournalError
+from sagacity.errors import AppendConflictError, JournalError
 from sagacity.journal._canonical import JsonValue, decode_canonical
 from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, new_entry, seal
 
@@ -31,6 +31,11 @@ class SqliteJournal:
     this journal: it takes the write lock before reading the head, so the seq and
     `prev_hash` it computes cannot be stale.
 
+    A conditional append (`expected_seq=n`) takes the one-`INSERT` path only when the
+    head it remembers is seq n, the one its entry must be chained to; the primary key
+    then refuses the row if any writer took seq n + 1. Otherwise, or once refused, it
+    reads the head under the write lock and writes nothing unless that head is n.
+
     A journal goes on from the head it knows: if rows it wrote were deleted behind its
     back, its next entry leaves the gap that shows it, rather than closing it.
     """
@@ -52,14 +57,23 @@ class SqliteJournal:
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> JournalEntry:
-        """Append an entry and commit it durably (see `SideEffectJournal.append`)."""
+        """Append an entry and commit it durably (see `SideEffectJournal.append`).
+
+        Raises:
+            AppendConflictError: `expected_seq` was given and is not the saga's last
+                seq; nothing was written.
+            JournalError: The database refused the write.
+        """
         with self._lock:
             try:
                 head = self._heads.get(saga_id)
                 entry = None
-                if head is not None:
-                    # After the head this journal wrote last, with one statement.
+                # After the head this journal wrote last, with one statement; a conditional
+                # append only when that head is the one it requires, since the entry is
+                # chained to the hash of seq `expected_seq`.
+                if head is not None and expected_seq in (None, head[0]):
                     entry, payload_bytes = seal(
                         saga_id,
                         head[0] + 1,
@@ -76,17 +90,14 @@ class SqliteJournal:
                         entry = None  # another writer took the next seq
                 if entry is None:
                     entry = self._append_locked(
-                        saga_id, phase, tool_name, call_id, ref_seq, payload
+                        saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq
                     )
             except sqlite3.Error as error:
                 self._heads.pop(saga_id, None)
                 raise JournalError(
                     f"saga {saga_id!r}: cannot append {phase.value} to {self.path!r}: {error}"
                 ) from error
-            heads = self._heads
-            if len(heads) >= _MAX_REMEMBERED_HEADS:
-                heads.clear()
-            heads[saga_id] = (entry.seq, entry.hash)
+            self._remember(saga_id, entry.seq, entry.hash)
             return entry
 
     def _append_locked(
@@ -97,16 +108,26 @@ class SqliteJournal:
         call_id: str | None,
         ref_seq: int | None,
         payload: JsonValue,
+        expected_seq: int | None,
     ) -> JournalEntry:
-        """Read the head and append after it in one `BEGIN IMMEDIATE` transaction."""
+        """Read the head and append after it in one `BEGIN IMMEDIATE` transaction.
+
+        Raises:
+            AppendConflictError: The head is not `expected_seq`; nothing was written.
+        """
         cursor = self._cursor
         cursor.execute("BEGIN IMMEDIATE")
         try:
             found = cursor.execute(_HEAD, (saga_id,)).fetchone()
-            seq, prev_hash = (found[0] + 1, found[1]) if found else (1, GENESIS_HASH)
+            last, prev_hash = (found[0], found[1]) if found else (0, GENESIS_HASH)
+            if expected_seq is not None and last != expected_seq:
+                cursor.execute("ROLLBACK")
+                # The head read under the write lock is real: later appends go on from it.
+                self._remember(saga_id, last, prev_hash)
+                raise AppendConflictError(saga_id, expected_seq, last)
             entry, payload_bytes = seal(
                 saga_id,
-                seq,
+                last + 1,
                 phase,
                 tool_name=tool_name,
                 call_id=call_id,
@@ -121,6 +142,13 @@ class SqliteJournal:
                 cursor.execute("ROLLBACK")
             raise
         return entry
+
+    def _remember(self, saga_id: str, seq: int, hash: str) -> None:
+        """Record a saga's head (under the lock), forgetting them all when there are many."""
+        heads = self._heads
+        if len(heads) >= _MAX_REMEMBERED_HEADS and saga_id not in heads:
+            heads.clear()
+        heads[saga_id] = (seq, hash)
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""

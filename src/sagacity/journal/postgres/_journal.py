@@ -14,10 +14,19 @@ How an append finds its seq (docs/postgres.md has the reasoning and the measurem
   while after a conflict: writers that share a saga queue on its lock, in the server,
   instead of colliding on the key. The journal checks the server's hash with `seal`.
 
-A lost connection is retried with the entry unchanged: on the fast path, a row at the
-entry's seq with the entry's hash is the entry, written by the try whose reply was
-lost; on the locked path, the function looks for an identical row before it writes.
-An append is never dropped: it succeeds once, or raises `JournalError`.
+A conditional append (`expected_seq=n`) takes neither path as is: its entry can only be
+seq n + 1, chained to the hash of seq n, so it is one `INSERT` at n + 1, which the
+primary key refuses if any writer got there first (rows are never deleted and seqs have
+no gaps, so a free n + 1 after an existing n means n is the last). The hash of seq n is
+the cached head's when that head is n; otherwise the saga's head is read first, and a
+head other than n is a conflict before anything is sent. Nothing is locked and nothing
+is redone: a refused `INSERT` raises `AppendConflictError`.
+
+A lost connection is retried with the entry unchanged: on the fast path (and for a
+conditional append), a row at the entry's seq with the entry's hash is the entry,
+written by the try whose reply was lost; on the locked path, the function looks for an
+identical row before it writes. An append is never dropped: it succeeds once, or raises
+`JournalError`.
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from sagacity.errors import JournalError
+from sagacity.errors import AppendConflictError, JournalError
 from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
 from sagacity.journal._entry import (
     GENESIS_HASH,
@@ -102,6 +111,7 @@ class _Append:
     __slots__ = (
         "_pieces",
         "call_id",
+        "expected_seq",
         "in_doubt",
         "locked_sent",
         "payload",
@@ -121,6 +131,7 @@ class _Append:
         call_id: str | None,
         ref_seq: int | None,
         payload: JsonValue,
+        expected_seq: int | None,
     ) -> None:
         self.saga_id = saga_id
         self.phase = phase
@@ -128,6 +139,8 @@ class _Append:
         self.call_id = call_id
         self.ref_seq = ref_seq
         self.payload = payload
+        self.expected_seq = expected_seq
+        """The last seq a conditional append requires; None for an unconditional one."""
         self.sent: tuple[JournalEntry, bytes] | None = None
         """The entry last sent, until the server answers for it. After a lost connection
         it is sent again unchanged: a row at its seq with its hash is that entry."""
@@ -213,6 +226,9 @@ class PostgresJournal:
             "(%s::integer, %s, %s, %s, %s, %s::bigint, %s, %s, %s, %s, %s, %s)"
         ).encode()
         self._sql_hash_at = f"SELECT hash FROM {table} WHERE saga_id = %s AND seq = %s::bigint"
+        self._sql_head = (
+            f"SELECT seq, hash FROM {table} WHERE saga_id = %s ORDER BY seq DESC LIMIT 1"
+        ).encode()
         self._sql_entries = f"SELECT {_COLUMNS} FROM {table} WHERE saga_id = %s ORDER BY seq"
         self._sql_page = (
             f"SELECT {_COLUMNS} FROM {table} WHERE (saga_id, seq) > (%s, %s::bigint) "
@@ -253,10 +269,13 @@ class PostgresJournal:
         call_id: str | None = None,
         ref_seq: int | None = None,
         payload: JsonValue = None,
+        expected_seq: int | None = None,
     ) -> JournalEntry:
         """Append an entry and commit it durably (see `SideEffectJournal.append`).
 
         Raises:
+            AppendConflictError: `expected_seq` was given and is not the saga's last
+                seq; nothing was written.
             JournalError: The entry could not be committed (the message says whether it
                 was surely not written, or may have been); it is never silently dropped.
         """
@@ -265,7 +284,7 @@ class PostgresJournal:
                 f"saga {saga_id!r}: cannot append {phase.value}: the journal is closed; "
                 "open a new one"
             )
-        return self._append(saga_id, phase, tool_name, call_id, ref_seq, payload)
+        return self._append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq)
 
     def _append(
         self,
@@ -275,10 +294,11 @@ class PostgresJournal:
         call_id: str | None,
         ref_seq: int | None,
         payload: JsonValue,
+        expected_seq: int | None,
     ) -> JournalEntry:
         db = self._db
         deadline = time.monotonic() + db.settings.timeout
-        append = _Append(saga_id, phase, tool_name, call_id, ref_seq, payload)
+        append = _Append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq)
         attempts = 0
         while True:
             attempts += 1
@@ -310,7 +330,11 @@ class PostgresJournal:
             if self._insert(lease, *append.sent) or self._hash_at(lease, entry) == entry.hash:
                 return self._done(entry, fast=True)
             append.sent, append.in_doubt = None, False  # another entry holds the seq
+            if append.expected_seq is not None:
+                raise self._refused(lease, append.saga_id, append.expected_seq)
             self._conflict(append)
+        if append.expected_seq is not None:
+            return self._append_expected(lease, append, append.expected_seq)
         with self._guard:  # seq and hash read together: another thread may move the head
             head = self._heads.get(saga_id)
             if head is not None:
@@ -325,6 +349,44 @@ class PostgresJournal:
             append.sent = None
             self._conflict(append)
         return self._append_locked(lease, append, None if head is None else (head, seen))
+
+    def _append_expected(self, lease: Lease, append: _Append, expected: int) -> JournalEntry:
+        """Append at seq `expected` + 1 with one `INSERT`, or raise `AppendConflictError`.
+
+        The entry is chained to the hash of seq `expected`: the cached head's if it is
+        that seq (a head is always a row that exists, and rows never change), else the
+        head read now. The primary key refuses the row if any writer took the seq.
+        """
+        saga_id = append.saga_id
+        prev_hash = None
+        with self._guard:  # seq and hash read together: another thread may move the head
+            head = self._heads.get(saga_id)
+            if head is not None:
+                self._heads.move_to_end(saga_id)
+                if head.seq == expected:
+                    prev_hash = head.hash
+        if prev_hash is None:
+            found, prev_hash = self._read_head(lease, saga_id)
+            if found != expected:
+                raise AppendConflictError(saga_id, expected, found)
+        append.sent = append.seal_after(expected, prev_hash)
+        if self._insert(lease, *append.sent):
+            return self._done(append.sent[0], fast=True)
+        append.sent = None
+        raise self._refused(lease, saga_id, expected)
+
+    def _refused(self, lease: Lease, saga_id: str, expected: int) -> AppendConflictError:
+        """The error for a conditional append whose seq another writer took."""
+        found, _ = self._read_head(lease, saga_id)
+        return AppendConflictError(saga_id, expected, found)
+
+    def _read_head(self, lease: Lease, saga_id: str) -> tuple[int, str]:
+        """Read the saga's last seq and hash ((0, genesis) when it has none) and cache it."""
+        row = lease.cursor.execute(self._sql_head, (saga_id,)).fetchone()
+        seq, hash = (0, GENESIS_HASH) if row is None else (int(row[0]), str(row[1]))
+        with self._guard:
+            self._move_head(saga_id, seq, hash)
+        return seq, hash
 
     def _append_locked(
         self, lease: Lease, append: _Append, known: tuple[_Head, tuple[int, str]] | None
