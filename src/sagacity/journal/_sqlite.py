@@ -9,8 +9,9 @@ from typing import Any
 
 from sagacity._sqlite import connect
 from sagacity.errors import AppendConflictError, JournalError
-from sagacity.journal._canonical import JsonValue, decode_canonical
-from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, new_entry, seal
+from sagacity.journal._canonical import JsonValue
+from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
+from sagacity.journal._rows import entry_from_row, row_of
 
 __all__ = ["SqliteJournal"]
 
@@ -85,7 +86,7 @@ class SqliteJournal:
                         prev_hash=head[1],
                     )
                     try:
-                        self._cursor.execute(_INSERT, _row(entry, payload_bytes))
+                        self._cursor.execute(_INSERT, row_of(entry, payload_bytes))
                     except sqlite3.IntegrityError:
                         entry = None  # another writer took the next seq
                 if entry is None:
@@ -135,7 +136,7 @@ class SqliteJournal:
                 payload=payload,
                 prev_hash=prev_hash,
             )
-            cursor.execute(_INSERT, _row(entry, payload_bytes))
+            cursor.execute(_INSERT, row_of(entry, payload_bytes))
             cursor.execute("COMMIT")
         except BaseException:
             if self._conn.in_transaction:
@@ -191,31 +192,4 @@ class SqliteJournal:
                 rows = self._conn.execute(sql, params).fetchall()
             except sqlite3.Error as error:
                 raise JournalError(f"cannot read the journal in {self.path!r}: {error}") from error
-        return [_entry_from_row(row) for row in rows]
-
-
-def _row(entry: JournalEntry, payload_bytes: bytes) -> tuple[Any, ...]:
-    return (
-        entry.saga_id,
-        entry.seq,
-        entry.phase.value,
-        entry.tool_name,
-        entry.call_id,
-        entry.ref_seq,
-        payload_bytes.decode(),
-        entry.recorded_at,
-        entry.prev_hash,
-        entry.hash,
-    )
-
-
-def _entry_from_row(row: tuple[Any, ...]) -> JournalEntry:
-    try:
-        phase = Phase(row[2])
-        payload = decode_canonical(row[6])
-    except (ValueError, TypeError) as error:
-        raise JournalError(
-            f"saga {row[0]!r} seq {row[1]!r}: the stored row cannot be read ({error}); "
-            "sagacity_journal was edited outside sagacity: audit it"
-        ) from error
-    return new_entry(row[0], row[1], phase, row[3], row[4], row[5], payload, row[7], row[8], row[9])
+        return [entry_from_row(row) for row in rows]

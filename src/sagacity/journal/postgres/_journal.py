@@ -35,22 +35,21 @@ import collections
 import dataclasses
 import threading
 import time
-from typing import Any
 
 import psycopg
 import psycopg_pool
 
 from sagacity.errors import AppendConflictError, JournalError
-from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
+from sagacity.journal._canonical import JsonValue, canonical_bytes
 from sagacity.journal._entry import (
     GENESIS_HASH,
     JournalEntry,
     Phase,
     hashed_bytes,
-    new_entry,
     seal,
     utc_timestamp,
 )
+from sagacity.journal._rows import entry_from_row, row_of
 from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LOCK_CLASS, advisory_key
 
@@ -478,7 +477,7 @@ class PostgresJournal:
         only in the rare case of a conflict.
         """
         try:
-            lease.cursor.execute(self._sql_insert, _row(entry, payload_bytes))
+            lease.cursor.execute(self._sql_insert, row_of(entry, payload_bytes))
         except psycopg.errors.UniqueViolation:
             return False
         return True
@@ -540,7 +539,7 @@ class PostgresJournal:
             lambda: f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}",
             lambda conn: conn.execute(self._sql_entries, (saga_id,)).fetchall(),
         )
-        entries = [_entry_from_row(row) for row in rows]
+        entries = [entry_from_row(row) for row in rows]
         with self._guard:
             if entries:
                 self._move_head(saga_id, entries[-1].seq, entries[-1].hash)
@@ -568,7 +567,7 @@ class PostgresJournal:
             lambda: f"cannot read the journal in {self._db.settings.where} after {after!r}",
             lambda conn: conn.execute(self._sql_page, (saga_id, seq, limit)).fetchall(),
         )
-        return [_entry_from_row(row) for row in rows]
+        return [entry_from_row(row) for row in rows]
 
     def close(self) -> None:
         """Release this journal's hold on the connection pool; closing twice is harmless."""
@@ -589,30 +588,3 @@ def _sql_sagas(table: str, operator: str) -> str:
         )
         SELECT saga_id FROM ids WHERE saga_id IS NOT NULL LIMIT %s::bigint
     """
-
-
-def _row(entry: JournalEntry, payload_bytes: bytes) -> tuple[Any, ...]:
-    return (
-        entry.saga_id,
-        entry.seq,
-        entry.phase.value,
-        entry.tool_name,
-        entry.call_id,
-        entry.ref_seq,
-        payload_bytes.decode(),
-        entry.recorded_at,
-        entry.prev_hash,
-        entry.hash,
-    )
-
-
-def _entry_from_row(row: tuple[Any, ...]) -> JournalEntry:
-    try:
-        phase = Phase(row[2])
-        payload = decode_canonical(row[6])
-    except (ValueError, TypeError) as error:
-        raise JournalError(
-            f"saga {row[0]!r} seq {row[1]!r}: the stored row cannot be read ({error}); "
-            "sagacity_journal was edited outside sagacity: audit it"
-        ) from error
-    return new_entry(row[0], row[1], phase, row[3], row[4], row[5], payload, row[7], row[8], row[9])
