@@ -34,6 +34,7 @@ test: lint types
 	$(BIN)/pytest
 
 bench: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks
 
 clean:
