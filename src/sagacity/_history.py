@@ -8,7 +8,7 @@ from typing import Any
 
 from sagacity.journal import JournalEntry, Phase
 
-__all__ = ["CallState", "SagaHistory"]
+__all__ = ["CallState", "SagaHistory", "payload_of"]
 
 OUTCOME_UNKNOWN = "outcome_unknown"
 
@@ -31,7 +31,7 @@ class CallState:
             return True
         return (
             self.outcome.phase is Phase.FAILED
-            and _payload(self.outcome).get("kind") == OUTCOME_UNKNOWN
+            and payload_of(self.outcome).get("kind") == OUTCOME_UNKNOWN
         )
 
     @property
@@ -80,7 +80,7 @@ class SagaHistory:
             if call is not None:
                 call.compensation = entry
         elif phase is Phase.AWAITING_APPROVAL:
-            request_id = _payload(entry).get("request_id")
+            request_id = payload_of(entry).get("request_id")
             if isinstance(request_id, str):
                 self.awaiting[request_id] = entry
         elif phase in (Phase.APPROVED, Phase.REJECTED):
@@ -104,7 +104,7 @@ class SagaHistory:
         """The outcome of the latest ENDED entry, or None while the saga is open."""
         if self.ended is None:
             return None
-        value = _payload(self.ended).get("outcome")
+        value = payload_of(self.ended).get("outcome")
         return value if isinstance(value, str) else None
 
     def has_failed_call(self) -> bool:
@@ -116,7 +116,7 @@ class SagaHistory:
         return any(
             call.outcome is not None
             and call.outcome.phase is Phase.FAILED
-            and _payload(call.outcome).get("kind") in ("failure", OUTCOME_UNKNOWN)
+            and payload_of(call.outcome).get("kind") in ("failure", OUTCOME_UNKNOWN)
             for call in self.calls.values()
         )
 
@@ -141,5 +141,6 @@ class SagaHistory:
         return found
 
 
-def _payload(entry: JournalEntry) -> dict[str, Any]:
+def payload_of(entry: JournalEntry) -> dict[str, Any]:
+    """The entry's payload when it is an object, else an empty dict."""
     return entry.payload if isinstance(entry.payload, dict) else {}

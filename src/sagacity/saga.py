@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
-from sagacity._history import SagaHistory
+from sagacity._history import SagaHistory, payload_of
 from sagacity._scope import SagaScope, _scope, current_scope
 from sagacity._wrap import DeclaredTool, collect_tools
 from sagacity.approval import ApprovalRequest, ApprovalStore
@@ -663,13 +663,13 @@ def _explain_unusable(history: SagaHistory, request_id: str | None) -> None:
     """Raise why the newest (or the named) request of a saga can no longer run, if known."""
     saga_id = history.saga_id
     for awaiting in _newest_first(history.awaiting.values()):
-        if request_id not in (None, _payload(awaiting).get("request_id")):
+        if request_id not in (None, payload_of(awaiting).get("request_id")):
             continue
         rejected = history.rejected(awaiting.seq)
         if rejected is not None:
             raise ApprovalRejectedError(
-                f"saga {saga_id!r}: request {_payload(awaiting).get('request_id')} was "
-                f"rejected by {_payload(rejected).get('approver')!r}; it cannot run"
+                f"saga {saga_id!r}: request {payload_of(awaiting).get('request_id')} was "
+                f"rejected by {payload_of(rejected).get('approver')!r}; it cannot run"
             )
         call = history.latest_call.get(awaiting.call_id or "")
         if call is not None and call.intent.seq > awaiting.seq:
@@ -714,10 +714,6 @@ def _function_of(func: Callable[..., Any]) -> Any:
 
 def _newest_first(entries: Iterable[JournalEntry]) -> list[JournalEntry]:
     return sorted(entries, key=lambda e: e.seq, reverse=True)
-
-
-def _payload(entry: JournalEntry) -> dict[str, Any]:
-    return entry.payload if isinstance(entry.payload, dict) else {}
 
 
 def _require_name(value: object, field: str) -> None:

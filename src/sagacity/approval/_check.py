@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
-from sagacity._history import SagaHistory
+from sagacity._history import SagaHistory, payload_of
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import (
     ApprovalAlreadyUsedError,
@@ -31,7 +30,7 @@ def check_request_matches_journal(request: ApprovalRequest, history: SagaHistory
         request.saga_id != history.saga_id
         or awaiting is None
         or awaiting.phase is not Phase.AWAITING_APPROVAL
-        or _payload(awaiting).get("request_id") != request.request_id
+        or payload_of(awaiting).get("request_id") != request.request_id
         or awaiting.call_id != request.call_id
         or awaiting.tool_name != request.tool_name
         or _journaled_expiry(awaiting) != request.expires_at
@@ -41,7 +40,7 @@ def check_request_matches_journal(request: ApprovalRequest, history: SagaHistory
             "but the journal has no AWAITING_APPROVAL entry there that matches its saga, call, "
             "tool and expiry; the stored request was changed: reject it"
         )
-    journaled_sha = _payload(awaiting).get("input_sha256")
+    journaled_sha = payload_of(awaiting).get("input_sha256")
     if journaled_sha != request.input_sha256:
         raise ApprovalHashMismatchError(
             f"saga {saga!r}: approval request {request.request_id} for tool "
@@ -70,7 +69,7 @@ def check_approved(
     if rejected is not None:
         raise ApprovalRejectedError(
             f"saga {saga!r}: request {rid} for tool {tool!r} was rejected by "
-            f"{_payload(rejected).get('approver')!r}: {_payload(rejected).get('reason')}"
+            f"{payload_of(rejected).get('approver')!r}: {payload_of(rejected).get('reason')}"
         )
     call = history.latest_call.get(request.call_id)
     if call is not None and call.intent.seq > awaiting.seq:
@@ -93,7 +92,7 @@ def check_approved(
         for a in history.approvals(awaiting.seq)
         if a.call_id == request.call_id
         and a.tool_name == tool
-        and _payload(a).get("request_id") == rid
+        and payload_of(a).get("request_id") == rid
     ]
     if not approvals:
         raise ApprovalMissingError(
@@ -101,7 +100,7 @@ def check_approved(
             f"call {request.call_id!r}); approve it with Sagacity.approve first"
         )
     approval = approvals[-1]
-    approved_sha = _payload(approval).get("input_sha256")
+    approved_sha = payload_of(approval).get("input_sha256")
     if not isinstance(approved_sha, str):
         raise ApprovalMissingError(
             f"saga {saga!r}: the approval of request {rid} at seq {approval.seq} recorded no "
@@ -118,14 +117,10 @@ def check_approved(
 
 def _journaled_expiry(awaiting: JournalEntry) -> datetime.datetime | str | None:
     """The expiry the AWAITING_APPROVAL entry recorded (compared as a time, not as text)."""
-    value = _payload(awaiting).get("expires_at")
+    value = payload_of(awaiting).get("expires_at")
     if value is None:
         return None
     try:
         return datetime.datetime.fromisoformat(str(value))
     except ValueError:
         return "unreadable"  # matches no stored expiry: refused
-
-
-def _payload(entry: JournalEntry) -> dict[str, Any]:
-    return entry.payload if isinstance(entry.payload, dict) else {}

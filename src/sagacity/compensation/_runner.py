@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sagacity._history import SagaHistory
+from sagacity._history import SagaHistory, payload_of
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
 
@@ -126,7 +126,7 @@ class CompensationRunner:
             if not call.executed or call.compensated:
                 continue
             assert call.outcome is not None
-            if _payload(intent).get("reversibility") == "IRREVERSIBLE":
+            if payload_of(intent).get("reversibility") == "IRREVERSIBLE":
                 skipped.append(_ref(call.outcome))
                 continue
             to_run.append((call.outcome, intent, self._registry.get(intent.tool_name or "")))
@@ -143,7 +143,7 @@ class CompensationRunner:
             if call.compensated:
                 compensated.append(_ref(call.outcome))
             else:
-                failed.append(_ref(call.outcome, _payload(call.compensation).get("error")))
+                failed.append(_ref(call.outcome, payload_of(call.compensation).get("error")))
         return CompensationReport(
             saga_id=history.saga_id,
             compensated=compensated,
@@ -178,7 +178,7 @@ def _run_to_completion(awaitable: Awaitable[Any]) -> None:
 
 
 def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> CompensationContext:
-    raw_input = _payload(intent).get("input")
+    raw_input = payload_of(intent).get("input")
     # Copies: a compensation that edits what it is given must not edit the journal's
     # entries (the in-memory journal hands out the objects it hashed).
     return CompensationContext(
@@ -186,7 +186,7 @@ def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> Comp
         tool_name=executed.tool_name or "",
         call_id=executed.call_id or "",
         input=copy.deepcopy(raw_input) if isinstance(raw_input, dict) else {},
-        result=copy.deepcopy(_payload(executed).get("result")),
+        result=copy.deepcopy(payload_of(executed).get("result")),
     )
 
 
@@ -206,7 +206,7 @@ def _ref(entry: JournalEntry, error: Any = None) -> CallRef:
 def _unknown_reason(outcome: JournalEntry | None) -> str:
     if outcome is None:
         return "INTENT with no outcome: the process may have stopped during the call"
-    error = _payload(outcome).get("error")
+    error = payload_of(outcome).get("error")
     if isinstance(error, dict):
         return f"outcome unknown: {error.get('type')}: {error.get('message')}"
     return "outcome unknown"
@@ -221,7 +221,3 @@ def _not_registered(executed: JournalEntry) -> str:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _payload(entry: JournalEntry) -> dict[str, Any]:
-    return entry.payload if isinstance(entry.payload, dict) else {}

@@ -1,0 +1,44 @@
+"""How an exception raised by a tool is journaled, and what it does to the saga."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import enum
+from collections.abc import Callable
+
+__all__ = ["ExceptionClassifier", "FailureKind", "default_classifier"]
+
+
+class FailureKind(enum.Enum):
+    """How an exception from a tool is journaled, and what it does to the saga."""
+
+    FAILURE = "failure"
+    """FAILED; the saga fails and compensates."""
+    RETRYABLE = "retryable"
+    """FAILED, marked retryable (a retry the framework asked for); the saga goes on."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """FAILED with the outcome unknown (cancelled, timed out): in doubt, never compensated;
+    the saga fails."""
+    CONTROL_FLOW = "control_flow"
+    """The framework's own control flow (a pause, a deferral): journaled as a FAILED that
+    neither fails the saga nor leaves the call in doubt, then passed on unchanged."""
+
+
+ExceptionClassifier = Callable[[BaseException], FailureKind | None]
+"""Returns how to journal an exception, or None to leave it to the next classifier."""
+
+_UNKNOWN_OUTCOME_TYPES = (
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
+    TimeoutError,
+    KeyboardInterrupt,
+    SystemExit,
+)
+
+
+def default_classifier(error: BaseException) -> FailureKind:
+    """Cancellation, timeouts and interpreter exits leave the outcome unknown; all else fails."""
+    if isinstance(error, _UNKNOWN_OUTCOME_TYPES):
+        return FailureKind.OUTCOME_UNKNOWN
+    return FailureKind.FAILURE
