@@ -75,6 +75,8 @@ class SagaTool:
         """How far its effect can be undone."""
         self.excluded = excluded
         """Parameters left out of the journaled input (framework-injected ones)."""
+        self.result_where = f"tool {name!r} result"
+        """Names the tool's result in a `SerializationError`."""
         self.is_async = inspect.iscoroutinefunction(func)
         self.signature = inspect.signature(func)
         parameters = self.signature.parameters.values()
@@ -116,8 +118,10 @@ class SagaTool:
         """
         arguments = self._bind_plain(args, kwargs)
         if arguments is not None:
+            if self.excluded:
+                arguments = {n: v for n, v in arguments.items() if n not in self.excluded}
             try:  # plain parameters: nothing to flatten, and no location to format ahead
-                return {n: to_json(v) for n, v in arguments.items() if n not in self.excluded}
+                return to_json(arguments)  # type: ignore[return-value]  # a dict stays a dict
             except SerializationError:
                 pass  # convert again below, to name the argument in the error
         else:
@@ -145,6 +149,8 @@ class SagaTool:
         names = self._plain
         if names is None or len(args) > len(names):
             return None
+        if not kwargs and len(args) == len(names):
+            return dict(zip(names, args, strict=False))  # all given by position
         arguments = dict(zip(names, args, strict=False))  # args may be fewer than names
         used = 0
         for name in names[len(args) :]:

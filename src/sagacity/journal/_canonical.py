@@ -47,20 +47,12 @@ def _fast_path_is_exact(value: Any) -> bool:
         for key, item in value.items():
             if type(key) is not str or (not key.isascii() and max(key) > _LAST_BMP):
                 return False
-            kind = type(item)
-            if kind is dict or kind is list:
-                if not _fast_path_is_exact(item):
-                    return False
-            elif kind not in _SCALARS:
+            if type(item) not in _SCALARS and not _fast_path_is_exact(item):
                 return False
         return True
     if kind is list:
         for item in value:
-            kind = type(item)
-            if kind is dict or kind is list:
-                if not _fast_path_is_exact(item):
-                    return False
-            elif kind not in _SCALARS:
+            if type(item) not in _SCALARS and not _fast_path_is_exact(item):
                 return False
         return True
     return kind in _SCALARS

@@ -149,6 +149,7 @@ _PHASE_JSON = {phase.value: orjson.dumps(phase.value) for phase in Phase}
 _STRICT_INTEGER = orjson.OPT_STRICT_INTEGER
 _sha256 = hashlib.sha256
 _dumps = orjson.dumps
+_Fragment = orjson.Fragment
 
 
 def hashed_bytes(
@@ -173,18 +174,20 @@ def hashed_bytes(
             id, say).
     """
     if type(seq) is int and (ref_seq is None or type(ref_seq) is int):
-        dump = _dumps
-        try:
-            return _HASHED_TEMPLATE % (
-                dump(call_id),
-                payload_bytes,
-                _PHASE_JSON[phase._value_],
-                dump(prev_hash),
-                dump(recorded_at),
-                dump(ref_seq, option=_STRICT_INTEGER),
-                dump(saga_id),
-                dump(seq, option=_STRICT_INTEGER),
-                dump(tool_name),
+        try:  # one orjson call on the members in JCS order, the payload as its own bytes
+            return _dumps(
+                {
+                    "call_id": call_id,
+                    "payload": _Fragment(payload_bytes),
+                    "phase": phase._value_,
+                    "prev_hash": prev_hash,
+                    "recorded_at": recorded_at,
+                    "ref_seq": ref_seq,
+                    "saga_id": saga_id,
+                    "seq": seq,
+                    "tool_name": tool_name,
+                },
+                option=_STRICT_INTEGER,
             )
         except orjson.JSONEncodeError:
             pass  # let the checked encoders below say which field is wrong
@@ -253,13 +256,20 @@ def seal(
     return entry, payload_bytes
 
 
-# The frozen dataclass's __init__ sets each field through object.__setattr__, which costs
-# about 1 µs per entry: a twentieth of the in-memory budget of a tool call. The journal
-# builds the entries it seals with the slots' own setters instead.
-_SETTERS = tuple(
-    JournalEntry.__dict__[field.name].__set__ for field in dataclasses.fields(JournalEntry)
-)
-_new = object.__new__
+class _Draft:
+    """An entry under construction: the same slots as `JournalEntry`, but writable."""
+
+    __slots__ = JournalEntry.__slots__
+    saga_id: str
+    seq: int
+    phase: Phase
+    tool_name: str | None
+    call_id: str | None
+    ref_seq: int | None
+    payload: JsonValue
+    recorded_at: str
+    prev_hash: str
+    hash: str
 
 
 def new_entry(
@@ -275,42 +285,35 @@ def new_entry(
     hash: str,
 ) -> JournalEntry:
     """Build a `JournalEntry` from values in field order, as its constructor would."""
-    entry: JournalEntry = _new(JournalEntry)
-    (
-        set_saga_id,
-        set_seq,
-        set_phase,
-        set_tool_name,
-        set_call_id,
-        set_ref_seq,
-        set_payload,
-        set_recorded_at,
-        set_prev_hash,
-        set_hash,
-    ) = _SETTERS
-    set_saga_id(entry, saga_id)
-    set_seq(entry, seq)
-    set_phase(entry, phase)
-    set_tool_name(entry, tool_name)
-    set_call_id(entry, call_id)
-    set_ref_seq(entry, ref_seq)
-    set_payload(entry, payload)
-    set_recorded_at(entry, recorded_at)
-    set_prev_hash(entry, prev_hash)
-    set_hash(entry, hash)
-    return entry
+    # The frozen dataclass's __init__ sets each field through object.__setattr__ (1.5 µs);
+    # plain stores into a draft with the same slot layout, then retyped, take 0.3 µs.
+    entry = _Draft()
+    entry.saga_id = saga_id
+    entry.seq = seq
+    entry.phase = phase
+    entry.tool_name = tool_name
+    entry.call_id = call_id
+    entry.ref_seq = ref_seq
+    entry.payload = payload
+    entry.recorded_at = recorded_at
+    entry.prev_hash = prev_hash
+    entry.hash = hash
+    entry.__class__ = JournalEntry  # type: ignore[assignment]  # the same layout
+    return entry  # type: ignore[return-value]  # now a JournalEntry
 
 
-_second_cache: tuple[int, str] = (-1, "")
-"""The last whole second and its text, replaced as one tuple so threads never mix them."""
+_second_cache: tuple[str, str] = ("", "")
+"""The digits of the last whole second and its text, replaced as one tuple so threads
+never mix them."""
 
 
 def utc_timestamp() -> str:
     """Return the current time as RFC 3339 UTC with microseconds, e.g. `…T12:00:00.000001Z`."""
     global _second_cache
-    second, fraction = divmod(time.time_ns() // 1000, 1_000_000)
+    micros = str(time.time_ns() // 1000)  # the last six digits are the fraction, zero-padded
+    second, fraction = micros[:-6], micros[-6:]
     cached_second, prefix = _second_cache
     if cached_second != second:
-        prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(int(second)))
         _second_cache = (second, prefix)
-    return f"{prefix}{fraction:06d}Z"
+    return f"{prefix}{fraction}Z"

@@ -16,7 +16,7 @@ def row_of(entry: JournalEntry, payload_bytes: bytes) -> tuple[Any, ...]:
     return (
         entry.saga_id,
         entry.seq,
-        entry.phase.value,
+        entry.phase._value_,  # not .value: a Python-level property
         entry.tool_name,
         entry.call_id,
         entry.ref_seq,

@@ -70,7 +70,6 @@ class SqliteJournal:
         with self._lock:
             try:
                 head = self._heads.get(saga_id)
-                entry = None
                 # After the head this journal wrote last, with one statement; a conditional
                 # append only when that head is the one it requires, since the entry is
                 # chained to the hash of seq `expected_seq`.
@@ -88,11 +87,14 @@ class SqliteJournal:
                     try:
                         self._cursor.execute(_INSERT, row_of(entry, payload_bytes))
                     except sqlite3.IntegrityError:
-                        entry = None  # another writer took the next seq
-                if entry is None:
-                    entry = self._append_locked(
-                        saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq
-                    )
+                        pass  # another writer took the next seq
+                    else:
+                        # The saga is remembered already: no need for _remember's size check.
+                        self._heads[saga_id] = (entry.seq, entry.hash)
+                        return entry
+                entry = self._append_locked(
+                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq
+                )
             except sqlite3.Error as error:
                 self._heads.pop(saga_id, None)
                 raise JournalError(
