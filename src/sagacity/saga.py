@@ -409,9 +409,12 @@ class Sagacity:
                     f"saga {saga_id!r}: tool {tool.name!r} is async",
                 )
             scope = self._open(saga_id, resuming=True)
-            value, error = self._run_sync(
-                scope, lambda: tool.invoke((), request.input, call_id=request.call_id)
-            )
+
+            def run_approved() -> Any:
+                _explain_unusable(scope.history, request.request_id)  # no replay: used once
+                return tool.invoke((), request.input, call_id=request.call_id)
+
+            value, error = self._run_sync(scope, run_approved)
             return self._finish(scope, value, error)
         scope = self._open(saga_id, resuming=True)
         value, error = self._run_sync(scope, work)
@@ -429,9 +432,12 @@ class Sagacity:
         if work is None:
             request, tool = self._stored_call(saga_id, request_id)
             scope = self._open(saga_id, resuming=True)
-            value, error = await self._run_async(
-                scope, lambda: tool.ainvoke((), request.input, call_id=request.call_id)
-            )
+
+            async def arun_approved() -> Any:
+                _explain_unusable(scope.history, request.request_id)  # no replay: used once
+                return await tool.ainvoke((), request.input, call_id=request.call_id)
+
+            value, error = await self._run_async(scope, arun_approved)
             return await self._afinish(scope, value, error)
         scope = self._open(saga_id, resuming=True)
         value, error = await self._run_async(scope, work)

@@ -765,6 +765,8 @@ class TestAcrossProcesses:
                 if e.phase is Phase.INTENT and e.tool_name == "send_wire_transfer"
             ]
             assert wires == ["send_wire_transfer#1"]
+            ended = [e for e in starter.history(SAGA) if e.phase is Phase.ENDED]
+            assert len(ended) == 1
             assert verify(starter.journal, SAGA).ok
         finally:
             for instance in (starter, *workers):
