@@ -9,6 +9,7 @@ from typing import Any
 from sagacity import (
     CompensationContext,
     JournalEntry,
+    Phase,
     Reversibility,
     Sagacity,
     SagaTool,
@@ -104,3 +105,36 @@ def order_then_wire(tools: dict[str, SagaTool], **wire: Any) -> Callable[[], Any
         return tools["send_wire_transfer"](**(wire or {"amount": "900.00", "to": "ACME"}))
 
     return work
+
+
+def journal_intent(
+    sagacity: Sagacity,
+    saga_id: str,
+    call_id: str,
+    *,
+    tool_name: str = "reserve_inventory",
+    tool_input: dict[str, Any] | None = None,
+) -> JournalEntry:
+    """Append an INTENT as a run that stopped during the call would have left it."""
+    return sagacity.journal.append(
+        saga_id,
+        Phase.INTENT,
+        tool_name=tool_name,
+        call_id=call_id,
+        payload={
+            "input": {"sku": "SKU-1", "qty": 1} if tool_input is None else tool_input,
+            "reversibility": "COMPENSATABLE",
+        },
+    )
+
+
+def journal_failure(sagacity: Sagacity, intent: JournalEntry) -> JournalEntry:
+    """Append the FAILED (kind failure) that answers `intent`."""
+    return sagacity.journal.append(
+        intent.saga_id,
+        Phase.FAILED,
+        tool_name=intent.tool_name,
+        call_id=intent.call_id,
+        ref_seq=intent.seq,
+        payload={"kind": "failure", "error": {"type": "RuntimeError", "message": "x"}},
+    )

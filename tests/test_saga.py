@@ -25,7 +25,7 @@ from sagacity import (
     current_call,
 )
 from sagacity.testing import memory_sagacity
-from tests._shop import Shop, order_then_wire, phases, tools_of
+from tests._shop import Shop, journal_failure, journal_intent, order_then_wire, phases, tools_of
 
 
 class TestSagaOutcomes:
@@ -205,14 +205,10 @@ class TestSagaStates:
 
         assert sagacity.saga("s", first_request).outcome is SagaOutcome.AWAITING_APPROVAL
         # A later request of the same saga (as over MCP) records a failure of its own.
-        intent = sagacity.journal.append(
-            "s", Phase.INTENT, tool_name="ship", call_id="ship#9",
-            payload={"input": {"order_id": "o-1"}, "reversibility": "COMPENSATABLE"},
-        )  # fmt: skip
-        sagacity.journal.append(
-            "s", Phase.FAILED, tool_name="ship", call_id="ship#9", ref_seq=intent.seq,
-            payload={"kind": "failure", "error": {"type": "RuntimeError", "message": "x"}},
-        )  # fmt: skip
+        intent = journal_intent(
+            sagacity, "s", "ship#9", tool_name="ship", tool_input={"order_id": "o-1"}
+        )
+        journal_failure(sagacity, intent)
         sagacity.approve("s", approver="alice")
         result = sagacity.resume_saga("s")
         assert result.outcome is SagaOutcome.COMPENSATED
@@ -256,18 +252,8 @@ class TestSagaStates:
         """A call that failed, then succeeded on retry, fails the saga when it is re-opened too."""
         shop = Shop()
         tools_of(sagacity, shop)  # registers the compensation
-        intent = sagacity.journal.append(
-            "s", Phase.INTENT, tool_name="reserve_inventory", call_id="r1",
-            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
-        )  # fmt: skip
-        sagacity.journal.append(
-            "s", Phase.FAILED, tool_name="reserve_inventory", call_id="r1", ref_seq=intent.seq,
-            payload={"kind": "failure", "error": {"type": "RuntimeError", "message": "x"}},
-        )  # fmt: skip
-        retry = sagacity.journal.append(
-            "s", Phase.INTENT, tool_name="reserve_inventory", call_id="r1",
-            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
-        )  # fmt: skip
+        journal_failure(sagacity, journal_intent(sagacity, "s", "r1"))
+        retry = journal_intent(sagacity, "s", "r1")
         sagacity.journal.append(
             "s", Phase.EXECUTED, tool_name="reserve_inventory", call_id="r1",
             ref_seq=retry.seq, payload={"result": "res-SKU-1-1"},

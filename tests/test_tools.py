@@ -30,7 +30,7 @@ from sagacity import (
 from sagacity.approval import InMemoryApprovalStore
 from sagacity.journal import JsonValue
 from sagacity.testing import memory_sagacity
-from tests._shop import Shop, phases, tools_of
+from tests._shop import Shop, journal_intent, phases, tools_of
 
 
 class Retry(Exception):
@@ -446,13 +446,7 @@ class TestReplay:
         """An INTENT with no outcome (a crash during the call) refuses to run again."""
         shop = Shop()
         tools = tools_of(sagacity, shop)
-        sagacity.journal.append(
-            "s",
-            Phase.INTENT,
-            tool_name="reserve_inventory",
-            call_id="reserve_inventory#1",
-            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
-        )
+        journal_intent(sagacity, "s", "reserve_inventory#1")
         with pytest.raises(InDoubtError, match=r"Sagacity\.resolve"):
             sagacity.saga("s", lambda: tools["reserve_inventory"]("SKU-1"))
         assert shop.calls["reserve_inventory"] == 0
@@ -462,13 +456,7 @@ class TestReplay:
         """After `resolve(executed=True)`, the call replays the result the human recorded."""
         shop = Shop()
         tools = tools_of(sagacity, shop)
-        sagacity.journal.append(
-            "s",
-            Phase.INTENT,
-            tool_name="reserve_inventory",
-            call_id="reserve_inventory#1",
-            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
-        )
+        journal_intent(sagacity, "s", "reserve_inventory#1")
         sagacity.resolve("s", "reserve_inventory#1", executed=True, result="res-H", by="ops")
         result = sagacity.saga("s", lambda: tools["reserve_inventory"]("SKU-1"))
         assert result.value == "res-H"
@@ -478,13 +466,7 @@ class TestReplay:
         """After `resolve(executed=False)`, the call runs again under its id."""
         shop = Shop()
         tools = tools_of(sagacity, shop)
-        sagacity.journal.append(
-            "s",
-            Phase.INTENT,
-            tool_name="reserve_inventory",
-            call_id="reserve_inventory#1",
-            payload={"input": {"sku": "SKU-1", "qty": 1}, "reversibility": "COMPENSATABLE"},
-        )
+        journal_intent(sagacity, "s", "reserve_inventory#1")
         sagacity.resolve("s", "reserve_inventory#1", executed=False, by="ops")
         result = sagacity.saga("s", lambda: tools["reserve_inventory"]("SKU-1"))
         assert result.value == "res-SKU-1-1"

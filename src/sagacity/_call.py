@@ -47,7 +47,7 @@ _INTENT, _EXECUTED, _IRREVERSIBLE = Phase.INTENT, Phase.EXECUTED, Reversibility.
 class Call:
     """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
 
-    __slots__ = ("args", "call_id", "input", "intent", "kwargs", "request", "scope", "tool")
+    __slots__ = ("call_id", "input", "intent", "request", "scope", "tool")
 
     def __init__(
         self,
@@ -61,8 +61,6 @@ class Call:
     ) -> None:
         self.tool = tool
         self.scope = scope
-        self.args = args
-        self.kwargs = kwargs
         self.input = tool.input_of(args, kwargs)  # SerializationError before anything runs
         if call_id:
             self.call_id = call_id
@@ -77,11 +75,7 @@ class Call:
         """Return (REPLAY, result), (PAUSE, request) or (RUN, None) after INTENT."""
         scope, tool = self.scope, self.tool
         with scope.lock:
-            if scope.closed:
-                raise SagaStateError(
-                    f"saga {scope.saga_id!r}: its work returned before tool {tool.name!r} was "
-                    "called, so the call is not run. Consume a streamed run inside the work"
-                )
+            self._refuse_if_closed("the call is not run")
             prior = scope.history.latest_call.get(self.call_id)
             if prior is not None:
                 try:
@@ -107,6 +101,14 @@ class Call:
                 _INTENT, tool_name=tool.name, call_id=self.call_id, payload=payload
             )
         return RUN, None
+
+    def _refuse_if_closed(self, consequence: str) -> None:
+        if self.scope.closed:
+            raise SagaStateError(
+                f"saga {self.scope.saga_id!r}: its work returned before tool "
+                f"{self.tool.name!r} was called, so {consequence}. Consume a streamed run "
+                "inside the work"
+            )
 
     def _begin_approved(self, payload: dict[str, JsonValue]) -> tuple[object, Any]:
         """Check the approval and journal INTENT as one step against other workers.
@@ -235,12 +237,7 @@ class Call:
         if self.tool.reversibility is not Reversibility.IRREVERSIBLE:
             return None
         with self.scope.lock:
-            if self.scope.closed:  # asking would journal a request after the saga ended
-                raise SagaStateError(
-                    f"saga {self.scope.saga_id!r}: its work returned before tool "
-                    f"{self.tool.name!r} was called, so no approval is asked. Consume a "
-                    "streamed run inside the work"
-                )
+            self._refuse_if_closed("no approval is asked")  # it would journal after the end
             prior = self.scope.history.latest_call.get(self.call_id)
             if prior is not None and prior.executed:
                 return None

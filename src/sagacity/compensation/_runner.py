@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sagacity._history import SagaHistory, payload_of
+from sagacity._history import CallState, SagaHistory, payload_of
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
 
@@ -190,8 +190,8 @@ def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> Comp
     )
 
 
-def _outcome_seq(call: Any) -> int:
-    return int(call.outcome.seq if call.outcome is not None else call.intent.seq)
+def _outcome_seq(call: CallState) -> int:
+    return call.outcome.seq if call.outcome is not None else call.intent.seq
 
 
 def _ref(entry: JournalEntry, error: Any = None) -> CallRef:
