@@ -42,6 +42,9 @@ class Phase(enum.Enum):
     """A named approver approved the request whose AWAITING_APPROVAL is `ref_seq`."""
     REJECTED = "REJECTED"
     """A named approver rejected the request whose AWAITING_APPROVAL is `ref_seq`."""
+    REFUSED = "REFUSED"
+    """A call was refused before it ran (an input that hashes otherwise than its approval,
+    arguments with no JSON form): evidence of the attempt; nothing was executed."""
     COMPENSATED = "COMPENSATED"
     """The compensation of the EXECUTED entry `ref_seq` ran."""
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
