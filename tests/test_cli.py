@@ -90,6 +90,37 @@ class TestInspection:
         assert broken.returncode == 1
         assert "saga 'order-1001' seq 4: hash mismatch" in broken.stdout
 
+    def test_verify_and_export_name_an_unreadable_row(self, demo_db: str) -> None:
+        """A row that cannot be read: `verify` names it and exits 1, `export` exits 2.
+
+        No traceback: verify reports the row and still checks the other saga; export
+        stops with an error naming the saga and seq.
+        """
+        import sqlite3
+
+        conn = sqlite3.connect(demo_db)
+        conn.execute("DROP TRIGGER sagacity_journal_no_update")
+        conn.execute(
+            "UPDATE sagacity_journal SET phase = 'BOGUS' WHERE saga_id = 'order-1001' AND seq = 4"
+        )
+        conn.commit()
+        conn.close()
+        broken = run_cli("verify", "--database", demo_db)
+        assert broken.returncode == 1, broken.stderr
+        assert broken.stdout.splitlines() == [
+            "saga 'order-1001' seq 4: unreadable row: phase 'BOGUS' is not a phase",
+            "2 sagas, 9 entries: 1 broken",  # order-1001's seqs 1-4, wire-1002's 5
+        ]
+        assert broken.stderr == ""
+        assert run_cli("verify", "--database", demo_db, "--saga", "wire-1002").returncode == 0
+        exported = run_cli("export", "--database", demo_db)
+        assert exported.returncode == 2
+        assert exported.stderr.startswith(
+            "sagacity export: saga 'order-1001' seq 4: the stored row cannot be read "
+            "(phase 'BOGUS' is not a phase)"
+        )
+        assert "Traceback" not in exported.stderr
+
     def test_export_jsonl_holds_every_entry(self, demo_db: str, tmp_path: Path) -> None:
         """`export` writes one JSON object per entry with its hash."""
         out = tmp_path / "journal.jsonl"

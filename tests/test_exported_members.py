@@ -26,6 +26,9 @@ class TestExportedMembers:
             "SchemaVersionError", "SerializationError", "SideEffectJournal", "SqliteApprovalStore",
             "SqliteJournal", "VerificationReport", "compensable", "compensation", "current_call",
             "to_json", "verify",
+            # The approval lifecycle and ids that cannot be stored:
+            "Approval", "ApprovalAlreadyGivenError", "ApprovalToolMismatchError",
+            "InvalidIdError",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

@@ -16,6 +16,7 @@ import pytest
 from sagacity import (
     CallRef,
     CompensationReport,
+    InvalidIdError,
     NestedSagaError,
     Phase,
     Sagacity,
@@ -84,6 +85,7 @@ class TestSagaOutcomes:
         ]
         assert entries[-1].payload == {
             "outcome": "COMPENSATED",
+            "error": {"type": "RuntimeError", "message": "courier down"},
             "compensated": ["charge_card#1", "reserve_inventory#1"],
             "compensation_failed": [],
             "in_doubt": [],
@@ -110,7 +112,7 @@ class TestSagaOutcomes:
         result = sagacity.saga("order-1", agent)
         assert result.outcome is SagaOutcome.COMPENSATED
         assert result.value == "Your order has shipped!"
-        assert result.error is None
+        assert repr(result.error) == "RuntimeError('courier down')"  # swallowed, still known
         assert result.compensation == CompensationReport(
             saga_id="order-1",
             compensated=[
@@ -293,7 +295,7 @@ class TestSagaStates:
 
     def test_an_empty_saga_id_is_refused(self) -> None:
         """A saga id must be a non-empty string."""
-        with pytest.raises(ValueError, match="non-empty string"):
+        with pytest.raises(InvalidIdError, match="saga id '' is empty or blank"):
             memory_sagacity().saga("", lambda: None)
 
     def test_sagas_run_one_after_another_in_one_context(self) -> None:

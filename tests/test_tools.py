@@ -224,10 +224,16 @@ class TestCallInput:
             except SerializationError as error:
                 errors.append(error)
 
-        assert sagacity.saga("s", work).outcome is SagaOutcome.COMPLETED
+        # Swallowed, it still fails the saga: the model was told the step failed, and
+        # must not be taken to have done it.
+        result = sagacity.saga("s", work)
+        assert (result.outcome, result.error) == (SagaOutcome.COMPENSATED, errors[0])
         assert "tool 'probe' argument 'value'" in str(errors[0])
         assert probe.calls == 0
-        assert phases(sagacity.history("s")) == [("ENDED", None, None)]
+        assert phases(sagacity.history("s")) == [
+            ("REFUSED", "probe", None),
+            ("ENDED", None, None),
+        ]
 
     def test_unserializable_result_is_journaled_with_its_repr(self) -> None:
         """The effect happened: a result with no JSON form is journaled by its repr."""
@@ -518,7 +524,7 @@ class TestClassification:
             return "all good"
 
         result = backend.saga("s", work)
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.value == "all good"
         assert backend.history("s")[3].payload == {
             "kind": "outcome_unknown",
@@ -548,7 +554,7 @@ class TestClassification:
                 await tools["aprobe"]("a")
 
         result = await backend.asaga("s", work)
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.in_doubt] == ["aprobe#1"]
         assert probe.undone == []
@@ -584,7 +590,7 @@ class TestClassification:
             ("FAILED", "wait", 3),
         ]
         result = await backend.acompensate("s")
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.in_doubt] == ["wait#1"]
         assert shop.log == ["reserve SKU-1", "release res-SKU-1-1"]
@@ -736,7 +742,7 @@ class TestJournalFailures:
         result = sagacity.saga("s", work)
         assert len(errors) == 1
         assert shop.calls["reserve_inventory"] == 1
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.in_doubt] == ["reserve_inventory#1"]
         assert shop.log == ["reserve SKU-1"]  # in doubt: never compensated

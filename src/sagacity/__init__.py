@@ -10,6 +10,7 @@ from __future__ import annotations
 from sagacity._scope import CurrentCall, current_call
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.approval import (
+    Approval,
     ApprovalRequest,
     ApprovalStore,
     InMemoryApprovalStore,
@@ -19,6 +20,7 @@ from sagacity.audit import VerificationReport, verify
 from sagacity.compensation import CallRef, CompensationContext, CompensationReport
 from sagacity.errors import (
     AppendConflictError,
+    ApprovalAlreadyGivenError,
     ApprovalAlreadyUsedError,
     ApprovalError,
     ApprovalExpiredError,
@@ -26,8 +28,10 @@ from sagacity.errors import (
     ApprovalMissingError,
     ApprovalNotFoundError,
     ApprovalRejectedError,
+    ApprovalToolMismatchError,
     ConfigurationError,
     InDoubtError,
+    InvalidIdError,
     JournalError,
     NestedSagaError,
     NoSagaError,
@@ -57,6 +61,8 @@ from sagacity.annotations import compensation  # noqa: F811
 
 __all__ = [
     "AppendConflictError",
+    "Approval",
+    "ApprovalAlreadyGivenError",
     "ApprovalAlreadyUsedError",
     "ApprovalError",
     "ApprovalExpiredError",
@@ -66,6 +72,7 @@ __all__ = [
     "ApprovalRejectedError",
     "ApprovalRequest",
     "ApprovalStore",
+    "ApprovalToolMismatchError",
     "CallRef",
     "CompensationContext",
     "CompensationReport",
@@ -75,6 +82,7 @@ __all__ = [
     "InDoubtError",
     "InMemoryApprovalStore",
     "InMemoryJournal",
+    "InvalidIdError",
     "JournalEntry",
     "JournalError",
     "NestedSagaError",

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import uuid
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from sagacity._classify import FailureKind
-from sagacity._history import CallState, payload_of
+from sagacity._classify import FailureKind, error_json
+from sagacity._history import CONTROL_FLOW, CallState, payload_of
+from sagacity._ids import require_id
 from sagacity._scope import SagaScope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
-from sagacity.approval._check import check_approved
 from sagacity.errors import (
     AppendConflictError,
     ApprovalError,
     ApprovalExpiredError,
     ApprovalMissingError,
-    ApprovalNotFoundError,
-    ApprovalRejectedError,
     InDoubtError,
     JournalError,
     ReplayMismatchError,
@@ -47,7 +45,7 @@ _INTENT, _EXECUTED, _IRREVERSIBLE = Phase.INTENT, Phase.EXECUTED, Reversibility.
 class Call:
     """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
 
-    __slots__ = ("call_id", "input", "intent", "request", "scope", "tool")
+    __slots__ = ("attempt", "call_id", "input", "intent", "request", "scope", "tool")
 
     def __init__(
         self,
@@ -61,22 +59,48 @@ class Call:
     ) -> None:
         self.tool = tool
         self.scope = scope
-        self.input = tool.input_of(args, kwargs)  # SerializationError before anything runs
-        if call_id:
-            self.call_id = call_id
+        if call_id is not None:
+            self.call_id = require_id(
+                call_id, f"saga {scope.saga_id!r}: tool {tool.name!r} call id"
+            )
         elif peek:
             self.call_id = scope.peek_call_id(tool.name)
         else:
             self.call_id = scope.next_call_id(tool.name)
+        self.attempt = 1
         self.intent: JournalEntry | None = None
         self.request: ApprovalRequest | None = None
+        try:
+            self.input = tool.input_of(args, kwargs)
+        except SerializationError as error:
+            self._refuse_input(error)
+            raise
+
+    def _refuse_input(self, error: SerializationError) -> None:
+        """Journal a call whose arguments have no JSON form, and fail the saga.
+
+        Nothing ran; but a framework that turns the error into a message lets the model
+        go on as if the step had been taken, so the saga must not end COMPLETED.
+        """
+        scope = self.scope
+        with scope.lock:
+            if scope.closed:
+                return  # refused for that reason when it begins; nothing may follow the end
+            scope.append(
+                Phase.REFUSED,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                payload={"reason": "unserializable_input", "error": str(error)},
+            )
+            scope.fail(error)
 
     def begin(self) -> tuple[object, Any]:
         """Return (REPLAY, result), (PAUSE, request) or (RUN, None) after INTENT."""
         scope, tool = self.scope, self.tool
         with scope.lock:
             self._refuse_if_closed("the call is not run")
-            prior = scope.history.latest_call.get(self.call_id)
+            history = scope.history
+            prior = history.latest_call.get(self.call_id)
             if prior is not None:
                 try:
                     replayed = self._replay(prior)
@@ -97,6 +121,12 @@ class Call:
                         "new saga if it is still wanted"
                     )
                 return self._begin_approved(payload)
+            if self.call_id in history.asked:
+                try:
+                    self._asked_request()  # asked for another tool: refused, with evidence
+                except ApprovalError as refusal:
+                    scope.refusal = refusal
+                    raise
             self.intent = scope.append(
                 _INTENT, tool_name=tool.name, call_id=self.call_id, payload=payload
             )
@@ -120,13 +150,17 @@ class Call:
         """
         scope = self.scope
         for _ in range(_CONFLICT_RETRIES):
+            scope.refresh()  # the approval may have been recorded by another process
             try:
-                self.request = self._approved_request()  # re-reads the journal
+                self.request = self._asked_request()
+                if self.request is None:
+                    return PAUSE, self._ask()
+                scope.owner.approval.check(
+                    scope.history, self.request, input_sha256=sha256_hex(self.input)
+                )
             except ApprovalError as refusal:
                 scope.refusal = refusal
                 raise
-            if self.request is None:
-                return PAUSE, self._request_approval()
             payload["request_id"] = self.request.request_id
             try:
                 self.intent = scope.append(
@@ -163,69 +197,33 @@ class Call:
                 )
             assert prior.outcome is not None
             return REPLAY, payload_of(prior.outcome).get("result")
-        if prior.in_doubt:
+        if prior.in_doubt and prior.kind != CONTROL_FLOW:
             raise InDoubtError(
                 f"saga {saga!r}: call {self.call_id!r} of tool {name!r} has an INTENT at seq "
                 f"{prior.intent.seq} with no known outcome; it may have run. Resolve it with "
                 "Sagacity.resolve before running it again"
             )
-        return None  # it failed with a known outcome: running it again is a retry
+        # It failed with a known outcome (running it again is a retry), or the framework
+        # left it mid-call and now runs it again under the same id, as LangGraph does.
+        return None
 
-    def _asked(self) -> tuple[JournalEntry, ApprovalRequest] | None:
-        """The AWAITING_APPROVAL entry and stored request of this call, if it was asked.
-
-        Raises:
-            ApprovalRejectedError: It was asked and rejected.
-            ApprovalNotFoundError: It was asked, but the request is no longer stored.
-        """
+    def _asked_request(self) -> ApprovalRequest | None:
         scope = self.scope
-        scope.refresh()  # the approval may have been recorded by another process
-        asked = [e for e in scope.history.awaiting.values() if e.call_id == self.call_id]
-        if not asked:
-            return None
-        awaiting = asked[-1]
-        request_id = str(payload_of(awaiting).get("request_id"))
-        request = scope.owner.approvals.get(request_id)
-        if request is None:
-            rejected = scope.history.rejected(awaiting.seq)
-            if rejected is not None:
-                raise ApprovalRejectedError(
-                    f"saga {scope.saga_id!r}: request {request_id} for tool {self.tool.name!r} "
-                    f"was rejected: {payload_of(rejected).get('reason')}"
-                )
-            raise ApprovalNotFoundError(
-                f"saga {scope.saga_id!r}: approval request {request_id} for call "
-                f"{self.call_id!r} is no longer stored; the call is not run"
-            )
-        return awaiting, request
+        return scope.owner.approval.asked(
+            scope.history, call_id=self.call_id, tool_name=self.tool.name
+        )
 
-    def _approved_request(self) -> ApprovalRequest | None:
-        """The request this call answers, checked; None when it has not been asked yet.
-
-        Raises:
-            ApprovalExpiredError: The request expired; a new one was made in its place,
-                so that the saga can still be approved properly.
-        """
-        asked = self._asked()
-        if asked is None:
-            return None
-        _, request = asked
-        try:
-            self._check(request)
-        except ApprovalExpiredError as expired:
-            renewed = self._request_approval(replaces=request)
-            raise ApprovalExpiredError(
-                f"{expired}; request {renewed.request_id} now asks for the same call: approve "
-                "it, then resume the saga"
-            ) from None
-        return request
-
-    def _check(self, request: ApprovalRequest) -> None:
-        check_approved(
-            request,
+    def _ask(self) -> ApprovalRequest:
+        tool = self.tool
+        summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
+        return self.scope.owner.approval.ask(
             self.scope.history,
-            input_sha256=sha256_hex(self.input),
-            now=self.scope.owner.now(),
+            tool_name=tool.name,
+            call_id=self.call_id,
+            input=self.input,
+            reason=f"{tool.name} is IRREVERSIBLE: {summary}"
+            if summary
+            else f"{tool.name} is IRREVERSIBLE",
         )
 
     def pending_request(self) -> ApprovalRequest | None:
@@ -236,85 +234,101 @@ class Call:
         """
         if self.tool.reversibility is not Reversibility.IRREVERSIBLE:
             return None
-        with self.scope.lock:
+        scope = self.scope
+        with scope.lock:
             self._refuse_if_closed("no approval is asked")  # it would journal after the end
-            prior = self.scope.history.latest_call.get(self.call_id)
-            if prior is not None and prior.executed:
-                return None
+            scope.refresh()
+            prior = scope.history.latest_call.get(self.call_id)
+            request: ApprovalRequest | None = None
             try:
-                asked = self._asked()
-                if asked is None:
-                    return self._request_approval()
-                _, request = asked
-                self._check(request)
+                if prior is not None and self._replay(prior) is not None:
+                    return None
+                request = self._asked_request()
+                if request is None:
+                    return self._ask()
+                scope.owner.approval.check(
+                    scope.history, request, input_sha256=sha256_hex(self.input)
+                )
             except ApprovalMissingError:
                 return request  # asked and not yet approved: still waiting
             except ApprovalExpiredError:
-                return self._request_approval(replaces=request)  # expired: ask again
-            except ApprovalError as refusal:
-                self.scope.refusal = refusal
+                return self._asked_request()  # expired, and asked again
+            except (ApprovalError, InDoubtError, ReplayMismatchError) as refusal:
+                scope.refusal = refusal
                 raise
             return None
 
-    def _request_approval(self, *, replaces: ApprovalRequest | None = None) -> ApprovalRequest:
-        """Journal AWAITING_APPROVAL and store the request; `replaces` an expired one."""
-        scope, tool, owner = self.scope, self.tool, self.scope.owner
-        now = owner.now()
-        ttl = owner.approval_ttl
-        expires_at = None if ttl is None else now + ttl
-        request_id = uuid.uuid4().hex
-        digest = sha256_hex(self.input)
-        reason = (
-            f"{tool.name} is IRREVERSIBLE: {tool.description.strip().splitlines()[0]}"
-            if (tool.description.strip())
-            else f"{tool.name} is IRREVERSIBLE"
-        )
-        payload: dict[str, JsonValue] = {
-            "request_id": request_id,
-            "input": self.input,
-            "input_sha256": digest,
-            "reason": reason,
-            "expires_at": None if expires_at is None else expires_at.isoformat(),
-        }
-        if replaces is not None:
-            payload["replaces"] = replaces.request_id
-        entry = scope.append(
-            Phase.AWAITING_APPROVAL, tool_name=tool.name, call_id=self.call_id, payload=payload
-        )
-        request = ApprovalRequest(
-            request_id=request_id,
-            saga_id=scope.saga_id,
-            seq=entry.seq,
-            call_id=self.call_id,
-            tool_name=tool.name,
-            input=self.input,
-            input_sha256=digest,
-            reason=reason,
-            requested_at=now,
-            expires_at=expires_at,
-        )
-        owner.approvals.save(request)
-        if replaces is not None:
-            owner.approvals.delete(replaces.request_id)
-        scope.awaiting.append(request)
-        return request
+    def decline(self, *, source: str, reason: str) -> JournalEntry | None:
+        """Journal a framework's own rejection of this call; None if it was never asked.
+
+        The call is not run, whatever sagacity holds, and the saga goes on.
+        """
+        scope = self.scope
+        with scope.lock:
+            scope.refresh()
+            request = self._asked_request()
+            if request is None:
+                return None
+            return scope.owner.approval.decline(
+                scope.history, request, source=source, reason=reason
+            )
+
+    def retry(self, error: BaseException) -> float | None:
+        """After a failed attempt: journal it and the next INTENT; return the wait, or None.
+
+        None when the tool declares no retries, they are used up, or the error is not one
+        to retry: then `failed` journals the final outcome.
+        """
+        policy = self.tool.retry
+        if (
+            policy is None
+            or self.attempt > policy.retries
+            or not isinstance(error, policy.retry_on)
+            or self.scope.owner.classify(error) is not FailureKind.FAILURE
+        ):
+            return None
+        assert self.intent is not None
+        with self.scope.lock:
+            self._append_outcome(
+                Phase.FAILED,
+                {"kind": "retried", "attempt": self.attempt, "error": error_json(error)},
+            )
+            self.attempt += 1
+            self.intent = self.scope.append(
+                _INTENT,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                payload={
+                    "input": self.input,
+                    "reversibility": self.tool.reversibility._value_,
+                    "attempt": self.attempt,
+                },
+            )
+        return policy.delay(self.attempt - 1)
 
     def executed(self, result: Any) -> None:
-        """Journal EXECUTED; an approved call consumes its request."""
+        """Journal EXECUTED; an approved call consumes its request.
+
+        Raises:
+            TypeError: The tool returned an unread generator: its effect would happen as
+                it is read, after the call was journaled as done. Journaled FAILED.
+        """
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            if inspect.isgenerator(result):
+                result.close()  # never started: nothing in it ran
+            refusal = TypeError(
+                f"tool {self.tool.name!r} returned a {type(result).__name__}, which runs as it "
+                "is read; return the collected result instead"
+            )
+            self.failed(refusal)
+            raise refusal
         try:
             payload: JsonValue = {"result": to_json(result, where=self.tool.result_where)}
         except SerializationError as error:
             # The effect has happened: record it, even if its result has no JSON form.
             payload = {"result": None, "unserializable_result": f"{error}: {result!r:.500}"}
-        assert self.intent is not None
         try:
-            self.scope.append(
-                _EXECUTED,
-                tool_name=self.tool.name,
-                call_id=self.call_id,
-                ref_seq=self.intent.seq,
-                payload=payload,
-            )
+            self._append_outcome(_EXECUTED, payload)
         except BaseException:
             # The INTENT stays in doubt: the saga must not end COMPLETED if the work
             # swallows the error.
@@ -327,27 +341,30 @@ class Call:
         """Journal FAILED with the error's kind; mark the saga failed when the kind says so."""
         kind = self.scope.owner.classify(error)
         if kind in (FailureKind.FAILURE, FailureKind.OUTCOME_UNKNOWN):
-            self.scope.failed = True
+            self.scope.fail(error)
         if kind is FailureKind.CONTROL_FLOW:
             self.scope.suspended.add(self.call_id)  # the framework paused mid-call
         else:
             self.scope.suspended.discard(self.call_id)
-        assert self.intent is not None
+        payload: dict[str, JsonValue] = {"kind": kind.value, "error": error_json(error)}
+        if self.attempt > 1:
+            payload["attempt"] = self.attempt
         try:
-            self.scope.append(
-                Phase.FAILED,
-                tool_name=self.tool.name,
-                call_id=self.call_id,
-                ref_seq=self.intent.seq,
-                payload={
-                    "kind": kind.value,
-                    "error": {"type": type(error).__qualname__, "message": str(error)},
-                },
-            )
+            self._append_outcome(Phase.FAILED, payload)
         except JournalError as journal_error:
             raise journal_error from error
         self._consume_request()  # the approval was used: a retry must be approved again
 
+    def _append_outcome(self, phase: Phase, payload: JsonValue) -> None:
+        assert self.intent is not None
+        self.scope.append(
+            phase,
+            tool_name=self.tool.name,
+            call_id=self.call_id,
+            ref_seq=self.intent.seq,
+            payload=payload,
+        )
+
     def _consume_request(self) -> None:
         if self.request is not None:
-            self.scope.owner.approvals.delete(self.request.request_id)
+            self.scope.owner.approval.consume(self.request)

@@ -7,7 +7,9 @@ import concurrent.futures
 import enum
 from collections.abc import Callable
 
-__all__ = ["ExceptionClassifier", "FailureKind", "default_classifier"]
+from sagacity.journal import JsonValue
+
+__all__ = ["ExceptionClassifier", "FailureKind", "default_classifier", "error_json"]
 
 
 class FailureKind(enum.Enum):
@@ -42,3 +44,18 @@ def default_classifier(error: BaseException) -> FailureKind:
     if isinstance(error, _UNKNOWN_OUTCOME_TYPES):
         return FailureKind.OUTCOME_UNKNOWN
     return FailureKind.FAILURE
+
+
+def error_json(error: BaseException) -> dict[str, JsonValue]:
+    """The journaled form of an exception: its type and message, always storable.
+
+    A message is the tool's own text: its `str()` may raise, or hold lone surrogates that
+    no UTF-8 column takes. Either way the failure is still journaled, with what can be said.
+    """
+    try:
+        message = str(error)
+    except Exception as broken:  # a broken __str__ must not hide the failure itself
+        message = f"<str() of the error raised {type(broken).__name__}>"
+    if not message.isascii():
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return {"type": type(error).__qualname__, "message": message}

@@ -6,11 +6,15 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from sagacity.journal import JournalEntry, Phase
+from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
 
 __all__ = ["CallState", "SagaHistory", "payload_of"]
 
 OUTCOME_UNKNOWN = "outcome_unknown"
+CONTROL_FLOW = "control_flow"
+RETRYABLE = "retryable"
+_MAY_HAVE_RUN = (OUTCOME_UNKNOWN, CONTROL_FLOW)
+"""FAILED kinds after which the effect may exist: the call is in doubt."""
 
 # On Python 3.11 `Phase.INTENT` goes through EnumType.__getattr__ (0.07 µs); `add` is on
 # the hot path of every call.
@@ -30,13 +34,21 @@ class CallState:
         return self.outcome is not None and self.outcome.phase is Phase.EXECUTED
 
     @property
+    def kind(self) -> str | None:
+        """The FAILED outcome's kind; None for no outcome or EXECUTED."""
+        if self.outcome is None or self.outcome.phase is not Phase.FAILED:
+            return None
+        kind = payload_of(self.outcome).get("kind")
+        return kind if isinstance(kind, str) else None
+
+    @property
     def in_doubt(self) -> bool:
-        if self.outcome is None:
-            return True
-        return (
-            self.outcome.phase is Phase.FAILED
-            and payload_of(self.outcome).get("kind") == OUTCOME_UNKNOWN
-        )
+        """The effect may exist and nobody knows its result.
+
+        An INTENT with no outcome, an unknown outcome, or a control-flow exit (the
+        framework left the tool mid-call).
+        """
+        return self.outcome is None or self.kind in _MAY_HAVE_RUN
 
     @property
     def compensated(self) -> bool:
@@ -55,6 +67,8 @@ class SagaHistory:
     """By call id: the call's latest INTENT."""
     awaiting: dict[str, JournalEntry] = dataclasses.field(default_factory=dict)
     """AWAITING_APPROVAL entries by request id."""
+    asked: dict[str, JournalEntry] = dataclasses.field(default_factory=dict)
+    """By call id: the call's newest AWAITING_APPROVAL entry."""
     decisions: dict[int, list[JournalEntry]] = dataclasses.field(default_factory=dict)
     """APPROVED and REJECTED entries by the seq of the AWAITING_APPROVAL they answer."""
     ended: JournalEntry | None = None
@@ -87,10 +101,42 @@ class SagaHistory:
             request_id = payload_of(entry).get("request_id")
             if isinstance(request_id, str):
                 self.awaiting[request_id] = entry
+            if entry.call_id is not None:
+                self.asked[entry.call_id] = entry
         elif phase in (Phase.APPROVED, Phase.REJECTED):
             self.decisions.setdefault(entry.ref_seq or 0, []).append(entry)
         elif phase is Phase.ENDED:
             self.ended = entry
+
+    def reload(self, journal: SideEffectJournal) -> None:
+        """Read the saga's journal again, in place: another writer may have appended."""
+        fresh = SagaHistory.of(self.saga_id, journal.entries(self.saga_id))
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(fresh, field.name))
+
+    def append(
+        self,
+        journal: SideEffectJournal,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+        expected_seq: int | None = None,
+    ) -> JournalEntry:
+        """Append to the saga's journal and add the entry here."""
+        entry = journal.append(
+            self.saga_id,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+            expected_seq=expected_seq,
+        )
+        self.add(entry)
+        return entry
 
     def entry(self, seq: int) -> JournalEntry | None:
         """Return the entry at `seq`, if it exists where seq says it should."""
@@ -123,6 +169,29 @@ class SagaHistory:
             and payload_of(call.outcome).get("kind") in ("failure", OUTCOME_UNKNOWN)
             for call in self.calls.values()
         )
+
+    def superseded(self, call: CallState) -> bool:
+        """True when the same call id started again later (a re-run under one idempotency key)."""
+        return (
+            call.intent.call_id is not None
+            and self.latest_call.get(call.intent.call_id) is not call
+        )
+
+    def unanswered_retry(self) -> CallState | None:
+        """A call that failed asking to be retried, with no later success of its tool.
+
+        Frameworks retry under a new call id (PydanticAI's ModelRetry), so the answer is
+        any later EXECUTED call of the same tool. When the work returns with a retry
+        unanswered, the framework gave up: the saga failed.
+        """
+        unanswered: dict[str, CallState] = {}
+        for call in sorted(self.calls.values(), key=lambda c: c.intent.seq):
+            tool = call.intent.tool_name or ""
+            if call.kind == RETRYABLE:
+                unanswered.setdefault(tool, call)
+            elif call.executed:
+                unanswered.pop(tool, None)
+        return next(iter(unanswered.values()), None)
 
     def rejected(self, awaiting_seq: int) -> JournalEntry | None:
         return next(

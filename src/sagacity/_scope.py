@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import contextvars
+import inspect
 import threading
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sagacity._history import SagaHistory
-from sagacity.approval import ApprovalRequest
 from sagacity.errors import SagacityError
 from sagacity.journal import JournalEntry, JsonValue, Phase
 
 if TYPE_CHECKING:
-    from sagacity.saga import Sagacity
+    from sagacity._owner import SagaOwner
 
-__all__ = ["CurrentCall", "SagaScope", "current_call"]
+__all__ = ["CurrentCall", "SagaScope", "arun_in", "current_call", "current_scope", "run_in"]
 
 
 class CurrentCall(NamedTuple):
@@ -36,13 +37,15 @@ class SagaScope:
     the saga. Tools therefore mutate the object, under its lock.
     """
 
-    def __init__(self, owner: Sagacity, saga_id: str, history: SagaHistory) -> None:
+    def __init__(self, owner: SagaOwner, saga_id: str, history: SagaHistory) -> None:
         self.owner = owner
         self.saga_id = saga_id
         self.history = history
         self.lock = threading.RLock()
         self.failed = False
         """A call failed: the saga compensates when its work returns, whatever it says."""
+        self.error: BaseException | None = None
+        """The first failure that failed the saga, even if the framework swallowed it."""
         self.refusal: SagacityError | None = None
         """A check refused a call before it ran (an approval check, a replay that is in
         doubt or does not match); raised when the work returns, even if it was caught."""
@@ -50,8 +53,6 @@ class SagaScope:
         """The work returned: calls that start now are refused (a stream left unconsumed)."""
         self.suspended: set[str] = set()
         """Calls the framework paused (a control-flow exit) that have not run again since."""
-        self.awaiting: list[ApprovalRequest] = []
-        """Requests this scope made."""
         self._counters: dict[str, int] = {}
 
     def next_call_id(self, tool_name: str) -> str:
@@ -82,8 +83,8 @@ class SagaScope:
     ) -> JournalEntry:
         """Append to the saga's journal and to the scope's index of it."""
         with self.lock:
-            entry = self.owner.journal.append(
-                self.saga_id,
+            return self.history.append(
+                self.owner.journal,
                 phase,
                 tool_name=tool_name,
                 call_id=call_id,
@@ -91,8 +92,13 @@ class SagaScope:
                 payload=payload,
                 expected_seq=expected_seq,
             )
-            self.history.add(entry)
-            return entry
+
+    def fail(self, error: BaseException) -> None:
+        """Mark the saga failed by `error`: it compensates when its work returns."""
+        with self.lock:
+            self.failed = True
+            if self.error is None:
+                self.error = error
 
     def close(self) -> None:
         """Mark the work returned: a call that starts later is refused, not journaled."""
@@ -102,7 +108,7 @@ class SagaScope:
     def refresh(self) -> None:
         """Re-read the journal: approvals may have been recorded by another process."""
         with self.lock:
-            self.history = SagaHistory.of(self.saga_id, self.owner.journal.entries(self.saga_id))
+            self.history.reload(self.owner.journal)
 
 
 _scope: contextvars.ContextVar[SagaScope | None] = contextvars.ContextVar(
@@ -125,3 +131,55 @@ def current_call() -> CurrentCall | None:
     when the call is retried, replayed or resumed.
     """
     return _call.get()
+
+
+def run_in(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
+    """Run `work` with `scope` open; return what it returned, or what it raised."""
+    token = _scope.set(scope)
+    try:
+        value = work()
+    except Exception as error:
+        return None, error
+    finally:
+        _scope.reset(token)
+        scope.close()
+    if inspect.iscoroutine(value):
+        value.close()  # never started: nothing in it ran
+        return None, TypeError(
+            f"saga {scope.saga_id!r}: work returned a coroutine; run async work with "
+            "`await sagacity.asaga(...)`"
+        )
+    return _unconsumed_stream(scope, value)
+
+
+async def arun_in(
+    scope: SagaScope, work: Callable[[], Awaitable[Any]]
+) -> tuple[Any, Exception | None]:
+    """Run async `work` with `scope` open (see `run_in`)."""
+    token = _scope.set(scope)
+    try:
+        outcome = work()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+    except Exception as error:
+        return None, error
+    finally:
+        _scope.reset(token)
+        scope.close()
+    return _unconsumed_stream(scope, outcome)
+
+
+def _unconsumed_stream(scope: SagaScope, value: Any) -> tuple[Any, Exception | None]:
+    """Refuse a generator returned by the work: read later, its calls would run unjournaled.
+
+    A lazy stream (LangGraph's `graph.stream()`, say) runs in the reader's context, where
+    no saga is open. Closed before it started, it has run nothing.
+    """
+    if inspect.isgenerator(value) or inspect.isasyncgen(value):
+        if inspect.isgenerator(value):
+            value.close()  # an async generator that never started needs no closing
+        return None, TypeError(
+            f"saga {scope.saga_id!r}: work returned a stream ({type(value).__name__}) that was "
+            "never read; consume it inside the work, e.g. `lambda: list(graph.stream(...))`"
+        )
+    return value, None

@@ -9,11 +9,13 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
-from sagacity.compensation import Compensation
+from sagacity._owner import SagaOwner
+from sagacity.annotations import Retry, Reversibility, ToolDeclaration, declaration_of
+from sagacity.compensation import Compensation, CompensationRegistry
 from sagacity.errors import ConfigurationError
+from sagacity.tools import SagaTool
 
-__all__ = ["DeclaredTool", "collect_tools"]
+__all__ = ["DeclaredTool", "collect_tools", "wrap_sources"]
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 """What every framework studied accepts as a tool name."""
@@ -28,6 +30,73 @@ class DeclaredTool:
     description: str
     reversibility: Reversibility
     compensation: Compensation | None
+    retry: Retry | None
+
+
+def wrap_sources(
+    owner: SagaOwner,
+    sources: Iterable[object],
+    *,
+    known: dict[str, SagaTool],
+    registry: CompensationRegistry,
+) -> list[SagaTool]:
+    """Wrap what `Sagacity.wrap` is given; record the new tools in `known` and `registry`.
+
+    A `SagaTool` that `owner` already made is returned as it is, in its place.
+    """
+    groups: list[SagaTool | list[DeclaredTool]] = []
+    for source in sources:
+        if not isinstance(source, SagaTool):
+            groups.append(collect_tools([source]))
+        elif source.owner is owner:
+            groups.append(source)
+        else:
+            raise ConfigurationError(
+                f"tool {source.name!r} was wrapped by another Sagacity; pass the object "
+                "or function it came from, or a tool wrapped by this Sagacity"
+            )
+    found = [declared for group in groups if isinstance(group, list) for declared in group]
+    names = [g.name for g in groups if isinstance(g, SagaTool)] + [d.name for d in found]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ConfigurationError(
+            f"two tools are named {repeated[0]!r}; give each tool once, or give one another "
+            "name with compensable(name=...)"
+        )
+    for declared in found:
+        existing = known.get(declared.name)
+        # Wrapping another instance of the same class replaces the tool (and its
+        # compensation): objects built per request are a common pattern.
+        if existing is not None and _function_of(existing.func) is not _function_of(declared.func):
+            raise ConfigurationError(
+                f"two tools are named {declared.name!r} ({existing.func.__qualname__} and "
+                f"{declared.func.__qualname__}); give one another name with "
+                "compensable(name=...)"
+            )
+    tools: list[SagaTool] = []
+    for group in groups:
+        if isinstance(group, SagaTool):
+            tools.append(group)
+            continue
+        for declared in group:
+            tool = SagaTool(
+                owner,
+                declared.func,
+                name=declared.name,
+                description=declared.description,
+                reversibility=declared.reversibility,
+                retry=declared.retry,
+            )
+            if declared.compensation is not None:
+                registry.register(declared.compensation)
+            known[declared.name] = tool
+            tools.append(tool)
+    return tools
+
+
+def _function_of(func: Callable[..., Any]) -> Any:
+    """The function under a bound method, so two instances' methods compare equal."""
+    return getattr(func, "__func__", func)
 
 
 def collect_tools(sources: Iterable[object]) -> list[DeclaredTool]:
@@ -115,6 +184,14 @@ def _declared(
         raise ConfigurationError(
             f"{where}: tool name {name!r} must be 1 to 64 letters, digits, '_', '-' or '.'"
         )
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        # Its effect happens as the stream is read, after the call returned: journaled
+        # EXECUTED on return, it would claim an effect that has not happened yet.
+        raise ConfigurationError(
+            f"{where}: tool {name!r} is a generator; a tool must return its result. Collect "
+            "the stream inside the tool and return it as a list"
+        )
+    _check_retry(declaration, name, where)
     return DeclaredTool(
         name=name,
         func=func,
@@ -123,7 +200,32 @@ def _declared(
         compensation=None
         if compensation is None
         else dataclasses.replace(compensation, tool_name=name),
+        retry=declaration.retry,
     )
+
+
+def _check_retry(declaration: ToolDeclaration, name: str, where: str) -> None:
+    retry = declaration.retry
+    if retry is None:
+        return
+    if declaration.reversibility is Reversibility.IRREVERSIBLE:
+        raise ConfigurationError(
+            f"{where}: tool {name!r} is IRREVERSIBLE and declares retries; its approval runs "
+            "it once, so it is not retried"
+        )
+    if not isinstance(retry.retries, int) or retry.retries < 0:
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: retries must be a whole number ≥ 0, not {retry.retries!r}"
+        )
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry.retry_on):
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: retry_on must be exception types, not {retry.retry_on!r}"
+        )
+    if not 0 <= retry.backoff <= retry.max_backoff:
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: backoff ({retry.backoff}) must be ≥ 0 and at most "
+            f"max_backoff ({retry.max_backoff})"
+        )
 
 
 def _resolve_compensation(

@@ -7,7 +7,14 @@ import enum
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-__all__ = ["Reversibility", "ToolDeclaration", "compensable", "compensation", "declaration_of"]
+__all__ = [
+    "Retry",
+    "Reversibility",
+    "ToolDeclaration",
+    "compensable",
+    "compensation",
+    "declaration_of",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,6 +34,24 @@ class Reversibility(enum.Enum):
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Retry:
+    """How often a failing call is tried again, and how long it waits in between."""
+
+    retries: int
+    """Attempts after the first."""
+    retry_on: tuple[type[BaseException], ...]
+    """The exceptions that are retried; any other fails the call at once."""
+    backoff: float
+    """Seconds before the first retry; doubled before each next one."""
+    max_backoff: float
+    """The longest wait between two attempts, in seconds."""
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt `attempt` (1 for the first)."""
+        return float(min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ToolDeclaration:
     """What `compensable` recorded on a tool."""
 
@@ -36,6 +61,8 @@ class ToolDeclaration:
     """How far the effect can be undone."""
     name: str | None
     """The tool's name, if not its function's name."""
+    retry: Retry | None = None
+    """Its retry policy; None: a failure fails the call at once."""
 
 
 @overload
@@ -48,6 +75,10 @@ def compensable(
     by: str | Callable[..., Any] | None = None,
     reversibility: Reversibility = Reversibility.COMPENSATABLE,
     name: str | None = None,
+    retries: int = 0,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+    backoff: float = 0.5,
+    max_backoff: float = 30.0,
 ) -> Callable[[F], F]: ...
 
 
@@ -58,6 +89,10 @@ def compensable(
     by: str | Callable[..., Any] | None = None,
     reversibility: Reversibility = Reversibility.COMPENSATABLE,
     name: str | None = None,
+    retries: int = 0,
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
+    backoff: float = 0.5,
+    max_backoff: float = 30.0,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -68,15 +103,28 @@ def compensable(
             unless `reversibility` is IRREVERSIBLE; `Sagacity.wrap` checks it.
         reversibility: How far the effect can be undone.
         name: The tool's name as agents see it; defaults to the function's name.
+        retries: How often a failed call is tried again before it fails the saga. Every
+            attempt is journaled under the one call id with its attempt number.
+        retry_on: The exception types that are retried (cancellations and timeouts never
+            are: their outcome is unknown).
+        backoff: Seconds before the first retry, doubled before each next one.
+        max_backoff: The cap on the wait between two attempts, in seconds.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
     """
+    retry = None
+    if retries:
+        retry = Retry(
+            retries=retries,
+            retry_on=retry_on if isinstance(retry_on, tuple) else (retry_on,),
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+    declaration = ToolDeclaration(by=by, reversibility=reversibility, name=name, retry=retry)
 
     def declare(target: F) -> F:
-        setattr(
-            target, _DECLARATION, ToolDeclaration(by=by, reversibility=reversibility, name=name)
-        )
+        setattr(target, _DECLARATION, declaration)
         return target
 
     return declare(func) if func is not None else declare

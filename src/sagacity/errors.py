@@ -4,6 +4,7 @@
 SagacityError                      500
 ├── ConfigurationError             500  a declaration is wrong (found at wrap time)
 ├── SerializationError             422  a value cannot be made JSON
+├── InvalidIdError                 422  a saga or call id cannot be stored or displayed
 ├── JournalError                   503  the journal could not be read or written
 │   ├── SchemaVersionError         503  the database has a newer schema than this code
 │   └── AppendConflictError        409  a conditional append found the saga moved on
@@ -17,6 +18,8 @@ SagacityError                      500
     ├── ApprovalNotFoundError      404  no such (pending) approval request
     ├── ApprovalMissingError       403  no APPROVED entry for exactly that request
     ├── ApprovalRejectedError      403  the request was rejected
+    ├── ApprovalToolMismatchError  403  the call id was approved for another tool
+    ├── ApprovalAlreadyGivenError  409  the request is approved already
     ├── ApprovalHashMismatchError  403  the input's hash differs from what was approved
     ├── ApprovalExpiredError       403  the request expired
     └── ApprovalAlreadyUsedError   409  the approved call has run already
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 __all__ = [
     "AppendConflictError",
+    "ApprovalAlreadyGivenError",
     "ApprovalAlreadyUsedError",
     "ApprovalError",
     "ApprovalExpiredError",
@@ -37,8 +41,10 @@ __all__ = [
     "ApprovalMissingError",
     "ApprovalNotFoundError",
     "ApprovalRejectedError",
+    "ApprovalToolMismatchError",
     "ConfigurationError",
     "InDoubtError",
+    "InvalidIdError",
     "JournalError",
     "NestedSagaError",
     "NoSagaError",
@@ -63,6 +69,16 @@ class ConfigurationError(SagacityError):
 
 class SerializationError(SagacityError):
     """A value cannot be converted to JSON; raised before anything runs."""
+
+    status_code = 422
+
+
+class InvalidIdError(SagacityError, ValueError):
+    """A saga or call id is empty, blank, or cannot be stored or shown; nothing ran.
+
+    Control characters and lone surrogates are refused: an id is printed in listings and
+    error messages, and stored as UTF-8.
+    """
 
     status_code = 422
 
@@ -151,6 +167,16 @@ class ApprovalMissingError(ApprovalError):
 
 class ApprovalRejectedError(ApprovalError):
     """The request was rejected."""
+
+
+class ApprovalToolMismatchError(ApprovalError):
+    """A call id that was asked or approved for one tool was called by another tool."""
+
+
+class ApprovalAlreadyGivenError(ApprovalError):
+    """The request is approved already; an approver approves a request once."""
+
+    status_code = 409
 
 
 class ApprovalHashMismatchError(ApprovalError):

@@ -1,28 +1,27 @@
-"""The `Sagacity` facade: wrap tools, run sagas, compensate, approve and resume."""
+"""The `Sagacity` facade: wrap tools, run sagas, compensate, approve and resume.
+
+The facade holds no logic of its own: the hot path of one call is `_call.py`, the
+approval lifecycle `approval/`, how a saga ends `_outcome.py`, and the compensation walk
+`compensation/`.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
-import enum
-import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from sagacity._history import SagaHistory, payload_of
-from sagacity._scope import SagaScope, _scope, current_scope
-from sagacity._wrap import DeclaredTool, collect_tools
-from sagacity.approval import ApprovalRequest, ApprovalStore
-from sagacity.approval._check import check_request_matches_journal
-from sagacity.compensation import CompensationRegistry, CompensationReport, CompensationRunner
+from sagacity._history import SagaHistory
+from sagacity._ids import require_id
+from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
+from sagacity._scope import SagaScope, arun_in, current_scope, run_in
+from sagacity._wrap import wrap_sources
+from sagacity.approval import ApprovalLifecycle, ApprovalRequest, ApprovalStore
+from sagacity.approval._lifecycle import Clock, explain_unusable
+from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
-    ApprovalAlreadyUsedError,
     ApprovalError,
-    ApprovalExpiredError,
-    ApprovalHashMismatchError,
-    ApprovalNotFoundError,
-    ApprovalRejectedError,
     ConfigurationError,
     InDoubtError,
     NestedSagaError,
@@ -33,46 +32,10 @@ from sagacity.errors import (
     SerializationError,
 )
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
+from sagacity.journal._rebuild import rebuild_arguments
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
 
 __all__ = ["SagaOutcome", "SagaResult", "Sagacity"]
-
-
-class SagaOutcome(enum.Enum):
-    """How a saga run ended, read from the journal."""
-
-    COMPLETED = "COMPLETED"
-    """Every call succeeded."""
-    COMPENSATED = "COMPENSATED"
-    """A call failed and every declared compensation ran."""
-    COMPENSATION_FAILED = "COMPENSATION_FAILED"
-    """A call failed and at least one compensation raised: the report says what is dirty."""
-    AWAITING_APPROVAL = "AWAITING_APPROVAL"
-    """An IRREVERSIBLE call waits for a human; the saga is open until it is resumed."""
-    SUSPENDED = "SUSPENDED"
-    """The framework paused a call (its own control flow, such as a LangGraph
-    `interrupt()` in a tool): the saga stays open; `resume_saga(saga_id, work)` goes on."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class SagaResult:
-    """What a saga run, resume, rejection or compensation came to."""
-
-    saga_id: str
-    """The saga."""
-    outcome: SagaOutcome
-    """How it stands, from the journal: never from what the model said."""
-    value: Any = None
-    """What the work returned (None if it raised)."""
-    error: BaseException | None = None
-    """What the work raised, if it did."""
-    compensation: CompensationReport | None = None
-    """The compensation walk, when one ran."""
-    pending: list[ApprovalRequest] = dataclasses.field(default_factory=list)
-    """The approval requests the saga waits on."""
-
-
-Clock = Callable[[], datetime.datetime]
 
 _REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
 """Raised before a call ran: the saga stays open instead of failing."""
@@ -92,8 +55,11 @@ class Sagacity:
             for no expiry.
         allow_irreversible_outside_saga: Let IRREVERSIBLE tools run, unjournaled and
             unapproved, when no saga is open. Off: they raise `NoSagaError`.
-        clock: Returns the current UTC time (for expiry); `sagacity.testing.FakeClock`
-            makes it controllable.
+        clock: Returns the current time as a timezone-aware datetime (for expiry);
+            `sagacity.testing.FakeClock` makes it controllable.
+
+    Raises:
+        ConfigurationError: The clock returns a naive datetime, or the TTL is negative.
     """
 
     def __init__(
@@ -111,9 +77,14 @@ class Sagacity:
         """The store of pending approval requests."""
         if isinstance(approval_ttl, int | float):
             approval_ttl = datetime.timedelta(seconds=approval_ttl)
+        if approval_ttl is not None and approval_ttl < datetime.timedelta(0):
+            raise ConfigurationError(f"approval_ttl must not be negative, not {approval_ttl}")
         self.approval_ttl: datetime.timedelta | None = approval_ttl
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
-        self.now: Clock = clock or _utc_now
+        self.now: Clock = _checked_clock(clock or _utc_now)
+        self.approval = ApprovalLifecycle(journal, approvals, ttl=approval_ttl, clock=self.now)
+        """The approval lifecycle: ask, decide, check, consume."""
+        self._ending = SagaEnding(journal, self.approval)
         self._registry = CompensationRegistry()
         self._runner = CompensationRunner(journal, self._registry)
         self._tools: dict[str, SagaTool] = {}
@@ -142,59 +113,12 @@ class Sagacity:
         """Wrap the `compensable` methods of objects, and plain functions, as SagaTools.
 
         Every declaration is checked now, not when a refund is due: a `by` that names
-        nothing, a compensation with the wrong signature, a missing `by`, or two tools
-        with one name raise `ConfigurationError`. A `SagaTool` this Sagacity already
-        made is returned as it is, in its place, so adapters take both.
+        nothing, a compensation with the wrong signature, a missing `by`, a generator
+        tool, retries on an IRREVERSIBLE tool, or two tools with one name raise
+        `ConfigurationError`. A `SagaTool` this Sagacity already made is returned as it
+        is, in its place, so adapters take both.
         """
-        groups: list[SagaTool | list[DeclaredTool]] = []
-        for source in sources:
-            if not isinstance(source, SagaTool):
-                groups.append(collect_tools([source]))
-            elif source.owner is self:
-                groups.append(source)
-            else:
-                raise ConfigurationError(
-                    f"tool {source.name!r} was wrapped by another Sagacity; pass the object "
-                    "or function it came from, or a tool wrapped by this Sagacity"
-                )
-        found = [declared for group in groups if isinstance(group, list) for declared in group]
-        names = [g.name for g in groups if isinstance(g, SagaTool)] + [d.name for d in found]
-        repeated = sorted({name for name in names if names.count(name) > 1})
-        if repeated:
-            raise ConfigurationError(
-                f"two tools are named {repeated[0]!r}; give each tool once, or give one another "
-                "name with compensable(name=...)"
-            )
-        for declared in found:
-            existing = self._tools.get(declared.name)
-            # Wrapping another instance of the same class replaces the tool (and its
-            # compensation): objects built per request are a common pattern.
-            if existing is not None and _function_of(existing.func) is not _function_of(
-                declared.func
-            ):
-                raise ConfigurationError(
-                    f"two tools are named {declared.name!r} ({existing.func.__qualname__} and "
-                    f"{declared.func.__qualname__}); give one another name with "
-                    "compensable(name=...)"
-                )
-        tools: list[SagaTool] = []
-        for group in groups:
-            if isinstance(group, SagaTool):
-                tools.append(group)
-                continue
-            for declared in group:
-                tool = SagaTool(
-                    self,
-                    declared.func,
-                    name=declared.name,
-                    description=declared.description,
-                    reversibility=declared.reversibility,
-                )
-                if declared.compensation is not None:
-                    self._registry.register(declared.compensation)
-                self._tools[declared.name] = tool
-                tools.append(tool)
-        return tools
+        return wrap_sources(self, sources, known=self._tools, registry=self._registry)
 
     def tool(self, name: str) -> SagaTool:
         """Return the wrapped tool called `name`."""
@@ -226,19 +150,18 @@ class Sagacity:
         A failed saga is compensated and reported, not raised.
 
         Raises:
+            InvalidIdError: The saga id is empty, blank or unprintable.
             NestedSagaError: A saga is already open in this context.
             SagaStateError: The saga ended before, or waits for approval.
             ApprovalError: An approval check refused a call (nothing ran).
         """
         scope = self._open(saga_id, resuming=False)
-        value, error = self._run_sync(scope, work)
-        return self._finish(scope, value, error)
+        return self._finish(scope, *run_in(scope, work))
 
     async def asaga(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         """Run async `work` as saga `saga_id` (see `saga`)."""
         scope = self._open(saga_id, resuming=False)
-        value, error = await self._run_async(scope, work)
-        return await self._afinish(scope, value, error)
+        return await self._afinish(scope, *await arun_in(scope, work))
 
     def compensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk (again): after a crash, or to retry failed ones.
@@ -254,20 +177,21 @@ class Sagacity:
         """
         history = self._compensable_history(saga_id)
         report = self._runner.run(history)
-        return self._end_compensated(history, report, value=None, error=None)
+        return self._ending.compensated(history, report, value=None, error=None)
 
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
         history = self._compensable_history(saga_id)
         report = await self._runner.arun(history)
-        return self._end_compensated(history, report, value=None, error=None)
+        return self._ending.compensated(history, report, value=None, error=None)
 
     def resolve(
         self, saga_id: str, call_id: str, *, executed: bool, result: Any = None, by: str
     ) -> JournalEntry:
         """Record a human's finding on an in-doubt call: it ran (with `result`) or not.
 
-        A call resolved as executed is compensated by the next `compensate`.
+        A call resolved as executed is compensated by the next `compensate`, which then
+        ends the saga COMPENSATED once nothing else is in doubt.
         """
         _require_name(by, "by")
         history = self._history(saga_id, must_exist=True)
@@ -277,22 +201,21 @@ class Sagacity:
                 f"saga {saga_id!r}: call {call_id!r} is not in doubt; only a call whose outcome "
                 "is unknown can be resolved"
             )
-        intent = call.intent
         if executed:
+            phase = Phase.EXECUTED
             payload: Any = {
                 "result": to_json(result, where=f"saga {saga_id!r} call {call_id!r} result"),
                 "resolved_by": by,
             }
-            phase = Phase.EXECUTED
         else:
-            payload = {"kind": "not_run", "error": None, "resolved_by": by}
             phase = Phase.FAILED
-        return self.journal.append(
-            saga_id,
+            payload = {"kind": "not_run", "error": None, "resolved_by": by}
+        return history.append(
+            self.journal,
             phase,
-            tool_name=intent.tool_name,
+            tool_name=call.intent.tool_name,
             call_id=call_id,
-            ref_seq=intent.seq,
+            ref_seq=call.intent.seq,
             payload=payload,
         )
 
@@ -303,8 +226,13 @@ class Sagacity:
     # -- approval ------------------------------------------------------------------------
 
     def pending(self, saga_id: str | None = None) -> list[ApprovalRequest]:
-        """Return the approval requests waiting, of one saga or of all."""
-        return self.approvals.pending(saga_id)
+        """Return the approval requests waiting, of one saga or of all.
+
+        Each is shown as the journal recorded it, with its `state` (`waiting`,
+        `approved`, or `tampered` when the stored copy disagrees with the journal, with
+        the `problem`), and its `approvals`: who approved, and when.
+        """
+        return self.approval.pending(saga_id)
 
     def approve(
         self,
@@ -325,59 +253,31 @@ class Sagacity:
 
         Returns:
             The APPROVED entry. The request stays stored: resuming needs its hash.
+
+        Raises:
+            ApprovalAlreadyGivenError: The request is approved already.
+            ApprovalError: Another check refused (rejected, used, expired, changed).
         """
         _require_name(approver, "approver")
-        request = self._pending_request(saga_id, request_id)
-        history = self._history(saga_id, must_exist=True)
-        awaiting = check_request_matches_journal(request, history)
-        if history.rejected(awaiting.seq) is not None:
-            raise ApprovalRejectedError(
-                f"saga {saga_id!r}: request {request.request_id} was rejected; it cannot be "
-                "approved"
-            )
-        if request.expired(self.now()):
-            raise ApprovalExpiredError(
-                f"saga {saga_id!r}: request {request.request_id} expired at "
-                f"{request.expires_at}; resume the saga to ask again, or reject it"
-            )
-        if expected_sha256 is not None and expected_sha256 != request.input_sha256:
-            raise ApprovalHashMismatchError(
-                f"saga {saga_id!r}: the approver was shown sha256 {expected_sha256[:12]}…, but "
-                f"request {request.request_id} holds {request.input_sha256[:12]}…; show the "
-                "approver the current input"
-            )
-        return self.journal.append(
-            saga_id,
-            Phase.APPROVED,
-            tool_name=request.tool_name,
-            call_id=request.call_id,
-            ref_seq=request.seq,
-            payload={
-                "request_id": request.request_id,
-                "approver": approver,
-                "input_sha256": request.input_sha256,
-            },
+        return self.approval.approve(
+            saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
         )
 
     def reject(
         self, saga_id: str, *, approver: str, reason: str, request_id: str | None = None
     ) -> SagaResult:
-        """Journal a rejection, consume the request and compensate the saga."""
+        """Journal a rejection, consume the request and compensate the saga.
+
+        Raises:
+            ApprovalAlreadyUsedError: The approved call is already running (or ran).
+        """
         _require_name(approver, "approver")
-        request = self._pending_request(saga_id, request_id)
         self._refuse_if_open(saga_id)
-        self.journal.append(
-            saga_id,
-            Phase.REJECTED,
-            tool_name=request.tool_name,
-            call_id=request.call_id,
-            ref_seq=request.seq,
-            payload={"request_id": request.request_id, "approver": approver, "reason": reason},
+        history = self.approval.reject(
+            saga_id, approver=approver, reason=reason, request_id=request_id
         )
-        self.approvals.delete(request.request_id)
-        history = self._history(saga_id, must_exist=True)
         report = self._runner.run(history)
-        return self._end_compensated(history, report, value=None, error=None)
+        return self._ending.compensated(history, report, value=None, error=None)
 
     def resume_saga(
         self,
@@ -388,10 +288,10 @@ class Sagacity:
     ) -> SagaResult:
         """Resume a saga that waited for approval.
 
-        Without `work`, run the approved call with its stored input, consume the request
-        and end the saga (compensating if the tool fails). With `work`, re-open the
-        saga and run it: a framework's native resume, whose call of the tool passes the
-        same approval check.
+        Without `work`, run the approved call with its journaled input, rebuilt into the
+        Python types of the tool's signature, consume the request and end the saga
+        (compensating if the tool fails). With `work`, re-open the saga and run it: a
+        framework's native resume, whose call of the tool passes the same approval check.
 
         Raises:
             ApprovalError: A check refused; nothing ran and the saga can still be
@@ -400,25 +300,22 @@ class Sagacity:
                 `ApprovalAlreadyUsedError`.
             SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
-        self._refuse_ended_resume(saga_id, request_id)
-        if work is None:
-            request, tool = self._stored_call(saga_id, request_id)
-            if tool.is_async:
-                return _run_coroutine(
-                    self.aresume_saga(saga_id, request_id=request.request_id),
-                    f"saga {saga_id!r}: tool {tool.name!r} is async",
-                )
+        if work is not None:
             scope = self._open(saga_id, resuming=True)
-
-            def run_approved() -> Any:
-                _explain_unusable(scope.history, request.request_id)  # no replay: used once
-                return tool.invoke((), request.input, call_id=request.call_id)
-
-            value, error = self._run_sync(scope, run_approved)
-            return self._finish(scope, value, error)
+            return self._finish(scope, *run_in(scope, work))
+        request, tool, kwargs = self._stored_call(saga_id, request_id)
+        if tool.is_async:
+            return _run_coroutine(
+                self.aresume_saga(saga_id, request_id=request.request_id),
+                f"saga {saga_id!r}: tool {tool.name!r} is async",
+            )
         scope = self._open(saga_id, resuming=True)
-        value, error = self._run_sync(scope, work)
-        return self._finish(scope, value, error)
+
+        def run_approved() -> Any:
+            explain_unusable(scope.history, request.request_id)  # no replay: used once
+            return tool.invoke((), kwargs, call_id=request.call_id)
+
+        return self._finish(scope, *run_in(scope, run_approved))
 
     async def aresume_saga(
         self,
@@ -428,33 +325,31 @@ class Sagacity:
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
-        self._refuse_ended_resume(saga_id, request_id)
-        if work is None:
-            request, tool = self._stored_call(saga_id, request_id)
+        if work is not None:
             scope = self._open(saga_id, resuming=True)
-
-            async def arun_approved() -> Any:
-                _explain_unusable(scope.history, request.request_id)  # no replay: used once
-                return await tool.ainvoke((), request.input, call_id=request.call_id)
-
-            value, error = await self._run_async(scope, arun_approved)
-            return await self._afinish(scope, value, error)
+            return await self._afinish(scope, *await arun_in(scope, work))
+        request, tool, kwargs = self._stored_call(saga_id, request_id)
         scope = self._open(saga_id, resuming=True)
-        value, error = await self._run_async(scope, work)
-        return await self._afinish(scope, value, error)
+
+        async def arun_approved() -> Any:
+            explain_unusable(scope.history, request.request_id)  # no replay: used once
+            return await tool.ainvoke((), kwargs, call_id=request.call_id)
+
+        return await self._afinish(scope, *await arun_in(scope, arun_approved))
 
     # -- internals -----------------------------------------------------------------------
 
     def _stored_call(
         self, saga_id: str, request_id: str | None
-    ) -> tuple[ApprovalRequest, SagaTool]:
-        """The request to run without `work`, and its tool, checked to take the stored input.
+    ) -> tuple[ApprovalRequest, SagaTool, dict[str, Any]]:
+        """The request to run without `work`, its tool, and its arguments rebuilt.
 
         Checked before the saga re-opens: a tool that cannot take its journaled input (one
-        with framework-injected parameters, say) is a refusal that leaves the saga open,
-        not a failure that compensates it.
+        with framework-injected parameters, or a parameter whose type cannot be rebuilt
+        from JSON) is a refusal that leaves the saga open, not a failure that compensates.
         """
-        request = self._approved_for_resume(saga_id, request_id)
+        self._refuse_ended_resume(saga_id, request_id)
+        request = self.approval.pending_request(saga_id, request_id)
         tool = self._tools.get(request.tool_name)
         if tool is None:
             raise ConfigurationError(
@@ -462,19 +357,20 @@ class Sagacity:
                 "wrap it with Sagacity.wrap, or resume with the framework's own resume as `work`"
             )
         try:
-            tool.input_of((), request.input)
+            kwargs = rebuild_arguments(tool.func, request.input, tool_name=tool.name)
+            tool.input_of((), kwargs)
         except (TypeError, SerializationError) as error:
             raise ConfigurationError(
-                f"saga {saga_id!r}: tool {tool.name!r} cannot be called with its stored input "
-                f"({error}); resume with the framework's own resume as `work`"
+                f"saga {saga_id!r}: tool {tool.name!r} cannot be called with its journaled "
+                f"input ({error}); resume with the framework's own resume as `work`"
             ) from error
-        return request, tool
+        return request, tool, kwargs
 
     def _history(self, saga_id: str, *, must_exist: bool = False) -> SagaHistory:
-        entries = self.journal.entries(saga_id)
-        if must_exist and not entries:
+        history = self.approval.history(saga_id)
+        if must_exist and not history.entries:
             raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
-        return SagaHistory.of(saga_id, entries)
+        return history
 
     def _compensable_history(self, saga_id: str) -> SagaHistory:
         history = self._history(saga_id, must_exist=True)
@@ -492,7 +388,7 @@ class Sagacity:
         history = self._history(saga_id)
         if history.ended is None:
             return
-        _explain_unusable(history, request_id)
+        explain_unusable(history, request_id)
         raise SagaStateError(
             f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; there is "
             "nothing to resume"
@@ -506,8 +402,7 @@ class Sagacity:
             )
 
     def _open(self, saga_id: str, *, resuming: bool) -> SagaScope:
-        if not isinstance(saga_id, str) or not saga_id:
-            raise ValueError(f"a saga id must be a non-empty string, not {saga_id!r}")
+        require_id(saga_id, "saga id")
         outer = current_scope()
         if outer is not None:
             raise NestedSagaError(
@@ -515,6 +410,8 @@ class Sagacity:
             )
         history = self._history(saga_id)
         if history.ended is not None:
+            if resuming:
+                explain_unusable(history, None)  # a worker that lost the race: say why
             raise SagaStateError(
                 f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
                 "a saga id is used once: start a new saga"
@@ -530,54 +427,35 @@ class Sagacity:
         scope.failed = history.has_failed_call()
         return scope
 
-    @staticmethod
-    def _run_sync(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
-        token = _scope.set(scope)
-        try:
-            value = work()
-        except Exception as error:
-            return None, error
-        finally:
-            _scope.reset(token)
-            scope.close()
-        if inspect.iscoroutine(value):
-            value.close()  # never started: nothing in it ran
-            return None, TypeError(
-                f"saga {scope.saga_id!r}: work returned a coroutine; run async work with "
-                "`await sagacity.asaga(...)`"
-            )
-        return _unconsumed_stream(scope, value)
-
-    @staticmethod
-    async def _run_async(
-        scope: SagaScope, work: Callable[[], Awaitable[Any]]
-    ) -> tuple[Any, Exception | None]:
-        token = _scope.set(scope)
-        try:
-            outcome = work()
-            if inspect.isawaitable(outcome):
-                outcome = await outcome
-        except Exception as error:
-            return None, error
-        finally:
-            _scope.reset(token)
-            scope.close()
-        return _unconsumed_stream(scope, outcome)
-
     def _finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
             report = self._runner.run(scope.history)
-            return self._end_compensated(scope.history, report, value=value, error=error)
+            return self._ending.compensated(
+                scope.history, report, value=value, error=error or scope.error
+            )
         return self._settle(scope, value, error)
 
     async def _afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
             report = await self._runner.arun(scope.history)
-            return self._end_compensated(scope.history, report, value=value, error=error)
+            return self._ending.compensated(
+                scope.history, report, value=value, error=error or scope.error
+            )
         return self._settle(scope, value, error)
 
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
+        if not scope.failed and error is None:
+            unanswered = scope.history.unanswered_retry()
+            if unanswered is not None:  # the framework gave up retrying, then returned
+                intent = unanswered.intent
+                scope.fail(
+                    SagaStateError(
+                        f"saga {scope.saga_id!r}: call {intent.call_id!r} of tool "
+                        f"{intent.tool_name!r} failed asking for a retry (INTENT at seq "
+                        f"{intent.seq}), and no later call of the tool succeeded"
+                    )
+                )
         if scope.failed:
             return True
         # A refusal executed nothing: the saga stays open to be approved (or resolved) properly.
@@ -587,7 +465,7 @@ class Sagacity:
         refusal: SagacityError | None = error if isinstance(error, _REFUSALS) else scope.refusal
         if refusal is not None:
             raise refusal
-        pending = self.approvals.pending(scope.saga_id)
+        pending = self.approval.pending(scope.saga_id, history=scope.history)
         if pending:
             return SagaResult(
                 saga_id=scope.saga_id,
@@ -597,94 +475,18 @@ class Sagacity:
             )
         if scope.suspended:
             return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
-        self._end(scope.history, SagaOutcome.COMPLETED)
-        return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
+        return self._ending.completed(scope.history, value)
 
-    def _end_compensated(
-        self,
-        history: SagaHistory,
-        report: CompensationReport,
-        *,
-        value: Any,
-        error: Exception | None,
-    ) -> SagaResult:
-        outcome = SagaOutcome.COMPENSATED if report.clean else SagaOutcome.COMPENSATION_FAILED
-        for request in self.approvals.pending(history.saga_id):
-            self.approvals.delete(request.request_id)  # the saga ends: nothing may run now
-        self._end(history, outcome, report)
-        return SagaResult(
-            saga_id=history.saga_id,
-            outcome=outcome,
-            value=value,
-            error=error,
-            compensation=report,
+
+def _checked_clock(clock: Clock) -> Clock:
+    """Refuse a clock whose times cannot be compared with the stores' aware ones."""
+    probe = clock()
+    if not isinstance(probe, datetime.datetime) or probe.utcoffset() is None:
+        raise ConfigurationError(
+            f"clock returned {probe!r}; it must return a timezone-aware datetime, such as "
+            "datetime.datetime.now(datetime.UTC)"
         )
-
-    def _end(
-        self,
-        history: SagaHistory,
-        outcome: SagaOutcome,
-        report: CompensationReport | None = None,
-    ) -> None:
-        payload: dict[str, Any] = {"outcome": outcome.value}
-        if report is not None:
-            payload["compensated"] = [ref.call_id for ref in report.compensated]
-            payload["compensation_failed"] = [ref.call_id for ref in report.failed]
-            payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
-        if history.ended is not None and history.ended.payload == payload:
-            return  # a walk that changed nothing: the last ENDED still says it all
-        history.add(self.journal.append(history.saga_id, Phase.ENDED, payload=payload))
-
-    def _pending_request(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
-        if request_id is not None:
-            request = self.approvals.get(request_id)
-            if request is None or request.saga_id != saga_id:
-                raise ApprovalNotFoundError(
-                    f"saga {saga_id!r} has no pending approval request {request_id!r}"
-                )
-            return request
-        pending = self.approvals.pending(saga_id)
-        if len(pending) == 1:
-            return pending[0]
-        if not pending:
-            raise ApprovalNotFoundError(f"saga {saga_id!r} has no pending approval request")
-        raise ApprovalNotFoundError(
-            f"saga {saga_id!r} has {len(pending)} pending approval requests "
-            f"({', '.join(r.request_id for r in pending)}); name one with request_id"
-        )
-
-    def _approved_for_resume(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
-        """Find the request to run, explaining from the journal why there is none."""
-        try:
-            return self._pending_request(saga_id, request_id)
-        except ApprovalNotFoundError as missing:
-            try:
-                _explain_unusable(self._history(saga_id), request_id)
-            except ApprovalError as explained:
-                raise explained from None
-            raise missing from None
-
-
-def _explain_unusable(history: SagaHistory, request_id: str | None) -> None:
-    """Raise why the newest (or the named) request of a saga can no longer run, if known."""
-    saga_id = history.saga_id
-    for awaiting in _newest_first(history.awaiting.values()):
-        if request_id not in (None, payload_of(awaiting).get("request_id")):
-            continue
-        rejected = history.rejected(awaiting.seq)
-        if rejected is not None:
-            raise ApprovalRejectedError(
-                f"saga {saga_id!r}: request {payload_of(awaiting).get('request_id')} was "
-                f"rejected by {payload_of(rejected).get('approver')!r}; it cannot run"
-            )
-        call = history.latest_call.get(awaiting.call_id or "")
-        if call is not None and call.intent.seq > awaiting.seq:
-            raise ApprovalAlreadyUsedError(
-                f"saga {saga_id!r}: the approved call {awaiting.call_id!r} already ran "
-                f"(INTENT at seq {call.intent.seq}); an approval is used once"
-            )
-        if request_id is None:
-            return  # only the newest request says why the saga cannot resume
+    return clock
 
 
 def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> SagaResult:
@@ -695,31 +497,6 @@ def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> Sag
         return asyncio.run(coroutine)
     coroutine.close()
     raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
-
-
-def _unconsumed_stream(scope: SagaScope, value: Any) -> tuple[Any, Exception | None]:
-    """Refuse a generator returned by the work: read later, its calls would run unjournaled.
-
-    A lazy stream (LangGraph's `graph.stream()`, say) runs in the reader's context, where
-    no saga is open. Closed before it started, it has run nothing.
-    """
-    if inspect.isgenerator(value) or inspect.isasyncgen(value):
-        if inspect.isgenerator(value):
-            value.close()  # an async generator that never started needs no closing
-        return None, TypeError(
-            f"saga {scope.saga_id!r}: work returned a stream ({type(value).__name__}) that was "
-            "never read; consume it inside the work, e.g. `lambda: list(graph.stream(...))`"
-        )
-    return value, None
-
-
-def _function_of(func: Callable[..., Any]) -> Any:
-    """The function under a bound method, so two instances' methods compare equal."""
-    return getattr(func, "__func__", func)
-
-
-def _newest_first(entries: Iterable[JournalEntry]) -> list[JournalEntry]:
-    return sorted(entries, key=lambda e: e.seq, reverse=True)
 
 
 def _require_name(value: object, field: str) -> None:

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
+import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sagacity._call import PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
+from sagacity._owner import SagaOwner
 from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
-from sagacity.annotations import Reversibility
+from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError, NoSagaError, SerializationError
-from sagacity.journal import JsonValue, to_json
-
-if TYPE_CHECKING:
-    from sagacity.saga import Sagacity
+from sagacity.journal import JournalEntry, JsonValue, to_json
 
 __all__ = [
     "ApprovalHandler",
@@ -57,13 +57,14 @@ class SagaTool:
 
     def __init__(
         self,
-        owner: Sagacity,
+        owner: SagaOwner,
         func: Callable[..., Any],
         *,
         name: str,
         description: str,
         reversibility: Reversibility,
         excluded: frozenset[str] = frozenset(),
+        retry: Retry | None = None,
     ) -> None:
         self.owner = owner
         self.func = func
@@ -75,6 +76,8 @@ class SagaTool:
         """How far its effect can be undone."""
         self.excluded = excluded
         """Parameters left out of the journaled input (framework-injected ones)."""
+        self.retry = retry
+        """How often a failed call is tried again; None for never."""
         self.result_where = f"tool {name!r} result"
         """Names the tool's result in a `SerializationError`."""
         self.is_async = inspect.iscoroutinefunction(func)
@@ -109,6 +112,7 @@ class SagaTool:
             description=self.description,
             reversibility=self.reversibility,
             excluded=self.excluded | frozenset(names),
+            retry=self.retry,
         )
 
     def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
@@ -202,10 +206,16 @@ class SagaTool:
             return (on_approval_needed or awaiting_approval_message)(value)
         token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
         try:
-            result = self.func(*args, **kwargs)
-        except BaseException as error:
-            call.failed(error)
-            raise
+            while True:
+                try:
+                    result = self.func(*args, **kwargs)
+                    break
+                except BaseException as error:
+                    wait = call.retry(error)
+                    if wait is None:
+                        call.failed(error)
+                        raise
+                time.sleep(wait)
         finally:
             _call.reset(token)
         call.executed(result)
@@ -237,12 +247,18 @@ class SagaTool:
             return await paused if inspect.isawaitable(paused) else paused
         token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
         try:
-            result = self.func(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as error:
-            call.failed(error)
-            raise
+            while True:
+                try:
+                    result = self.func(*args, **kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    break
+                except BaseException as error:
+                    wait = call.retry(error)
+                    if wait is None:
+                        call.failed(error)
+                        raise
+                await asyncio.sleep(wait)
         finally:
             _call.reset(token)
         call.executed(result)
@@ -272,6 +288,28 @@ class SagaTool:
         # Without a framework id, look at the id the call itself will take next: asking
         # must not use it up, or the call would not find its own request.
         return Call(self, scope, args, kwargs or {}, call_id, peek=True).pending_request()
+
+    def decline(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        source: str,
+        reason: str = "",
+    ) -> JournalEntry | None:
+        """For a framework's own "no": journal REJECTED for this call's request.
+
+        The call is not run, even if sagacity holds an approval for it, and the saga
+        goes on: the framework tells its model. `source` names where the rejection came
+        from (say, "openai-agents state.reject"). Returns the REJECTED entry, or None when
+        no saga is open or the call was never asked.
+        """
+        scope = self._scope()
+        if scope is None:
+            return None
+        call = Call(self, scope, args, kwargs or {}, call_id, peek=True)
+        return call.decline(source=source, reason=reason)
 
     def _scope(self) -> SagaScope | None:
         scope = current_scope()

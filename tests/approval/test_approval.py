@@ -317,8 +317,9 @@ class TestResume:
                 return "the bank asks to try later"
 
         result = sagacity.resume_saga(SAGA, framework)
+        # No retry succeeded before the work returned: the saga failed and compensates.
         assert (result.outcome, result.value) == (
-            SagaOutcome.COMPLETED,
+            SagaOutcome.COMPENSATED,
             "the bank asks to try later",
         )
         assert sagacity.pending(SAGA) == []
@@ -384,7 +385,7 @@ class TestReject:
             sagacity.resume_saga(SAGA)
         with pytest.raises(ApprovalRejectedError):
             sagacity.resume_saga(SAGA, order_then_wire(waiting.tools))
-        with pytest.raises(ApprovalNotFoundError):
+        with pytest.raises(ApprovalRejectedError):
             sagacity.approve(SAGA, approver="alice")
         waiting.assert_nothing_ran()
 

@@ -121,6 +121,7 @@ class TestCompensationWalk:
         assert entries[-3].payload == {"error": "RuntimeError: failure on call 1"}
         assert entries[-1].payload == {
             "outcome": "COMPENSATION_FAILED",
+            "error": {"type": "RuntimeError", "message": "courier down"},
             "compensated": ["reserve_inventory#1"],
             "compensation_failed": ["charge_card#1"],
             "in_doubt": [],
@@ -135,7 +136,7 @@ class TestCompensationWalk:
         sagacity.saga("s", full_order(tools))
         sagacity.approve("s", approver="alice")
         result = sagacity.resume_saga("s", full_order(tools))
-        assert result.outcome is SagaOutcome.COMPENSATION_FAILED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION  # in doubt outranks failed
         assert result.compensation == CompensationReport(
             saga_id="s",
             compensated=[

@@ -222,7 +222,7 @@ class TestWrappedTool:
         assert shop.charged == []
         assert str(errors[0]).startswith("tool 'charge' argument 'amount': cannot convert")
         assert result.outcome is SagaOutcome.COMPENSATED
-        assert [e.phase for e in sagacity.history("order-1")] == [Phase.ENDED]
+        assert [e.phase for e in sagacity.history("order-1")] == [Phase.REFUSED, Phase.ENDED]
         sagacity.close()
 
     def test_a_nested_bad_value_is_named_by_its_path(self, store_url: str) -> None:
@@ -238,7 +238,7 @@ class TestWrappedTool:
         assert isinstance(result.error, SerializationError)
         assert str(result.error).startswith("tool 'charge' argument 'amount'['lines'][0]")
         assert shop.charged == []
-        assert [e.phase for e in sagacity.history("order-2")] == [Phase.ENDED]
+        assert [e.phase for e in sagacity.history("order-2")] == [Phase.REFUSED, Phase.ENDED]
         sagacity.close()
 
     def test_converted_arguments_are_journaled_as_the_table_says(self, store_url: str) -> None:

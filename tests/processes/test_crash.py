@@ -75,7 +75,7 @@ class TestKilledInsideATool:
         """Reverse order for the EXECUTED calls; the in-doubt call is listed, never undone."""
         sagacity, ledger = reopened
         result = sagacity.compensate("order-1")
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.compensated] == [
             "charge_card#1",
@@ -96,7 +96,7 @@ class TestKilledInsideATool:
             (Phase.ENDED, None),
         ]
         assert tail[-1].payload == {
-            "outcome": "COMPENSATED",
+            "outcome": "NEEDS_ATTENTION",
             "compensated": ["charge_card#1", "reserve_inventory#1"],
             "compensation_failed": [],
             "in_doubt": ["ship#1"],

@@ -1,9 +1,17 @@
-"""Approval requests for IRREVERSIBLE calls, and the stores that keep them pending."""
+"""The approval lifecycle of IRREVERSIBLE calls: requests, their stores, ask, decide, check."""
 
 from __future__ import annotations
 
+from sagacity.approval._lifecycle import ApprovalLifecycle
 from sagacity.approval._memory import InMemoryApprovalStore
-from sagacity.approval._request import ApprovalRequest, ApprovalStore
+from sagacity.approval._request import Approval, ApprovalRequest, ApprovalStore
 from sagacity.approval._sqlite import SqliteApprovalStore
 
-__all__ = ["ApprovalRequest", "ApprovalStore", "InMemoryApprovalStore", "SqliteApprovalStore"]
+__all__ = [
+    "Approval",
+    "ApprovalLifecycle",
+    "ApprovalRequest",
+    "ApprovalStore",
+    "InMemoryApprovalStore",
+    "SqliteApprovalStore",
+]

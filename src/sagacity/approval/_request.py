@@ -8,7 +8,19 @@ from typing import Protocol, runtime_checkable
 
 from sagacity.journal import JsonValue
 
-__all__ = ["ApprovalRequest", "ApprovalStore"]
+__all__ = ["Approval", "ApprovalRequest", "ApprovalStore"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Approval:
+    """One approver's journaled approval of a request."""
+
+    approver: str
+    """Who approved."""
+    approved_at: str
+    """When: the APPROVED entry's `recorded_at`."""
+    seq: int
+    """The seq of the APPROVED entry."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +47,20 @@ class ApprovalRequest:
     """When the request was made (UTC)."""
     expires_at: datetime.datetime | None
     """When it stops being usable (UTC); None for never."""
+    # A view of the journal, not part of the request: two copies of one request compare
+    # equal whatever each was shown with.
+    approvals: tuple[Approval, ...] = dataclasses.field(default=(), compare=False)
+    """The approvals journaled so far; filled in by `Sagacity.pending`, empty from a store."""
+    problem: str | None = dataclasses.field(default=None, compare=False)
+    """Why the request cannot be approved (the stored copy disagrees with the journal);
+    None when it can. Filled in by `Sagacity.pending`."""
+
+    @property
+    def state(self) -> str:
+        """`"waiting"`, `"approved"` or `"tampered"`, as `Sagacity.pending` read it."""
+        if self.problem is not None:
+            return "tampered"
+        return "approved" if self.approvals else "waiting"
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the request as a JSON object, for a framework's pause or an approval UI."""
@@ -49,6 +75,12 @@ class ApprovalRequest:
             "reason": self.reason,
             "requested_at": self.requested_at.isoformat(),
             "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
+            "state": self.state,
+            "approvals": [
+                {"approver": a.approver, "approved_at": a.approved_at, "seq": a.seq}
+                for a in self.approvals
+            ],
+            "problem": self.problem,
         }
 
     def expired(self, now: datetime.datetime) -> bool:

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 
 from sagacity.journal import GENESIS_HASH, JournalEntry, SideEffectJournal
+from sagacity.journal._rows import UnreadableRowError
 
 __all__ = [
     "ChainHead",
@@ -28,7 +29,8 @@ class Problem:
     seq: int
     """The first bad seq: entries before it verified; from here on nothing can be trusted."""
     reason: str
-    """What is wrong: a hash mismatch, a broken link, a gap, a duplicate, a truncation."""
+    """What is wrong: a hash mismatch, a broken link, a gap, a duplicate, a truncation,
+    a stored row that cannot be read."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,7 +113,10 @@ def verify(
     """Recompute every hash and link of one saga, or of every saga in the journal.
 
     Sagas are read one at a time, as the journal stores them: an entry that names
-    another saga than the one it is stored under is itself a problem.
+    another saga than the one it is stored under is itself a problem. So is a stored row
+    that cannot be read at all (an unknown phase, a payload that is not JSON): it cannot
+    be hash-checked, so the saga's first bad seq is that row's at the latest, the saga's
+    later rows are not read, and the other sagas are checked as usual.
 
     Args:
         journal: The journal to check.
@@ -132,9 +137,17 @@ def verify(
     for saga in saga_ids:
         sagas += 1
         chain = _Chain(recorded.pop(saga, None))
-        for entry in journal.entries(saga):
+        try:
+            entries: Iterable[JournalEntry] = journal.entries(saga)
+            unreadable = None
+        except UnreadableRowError as error:  # the entries before the row were read
+            entries, unreadable = error.readable, error
+        for entry in entries:
             count += 1
             chain.check(entry, saga)
+        if unreadable is not None:
+            count += 1
+            chain.unreadable(unreadable.seq, unreadable.reason)
         problem = chain.finish(saga)
         if problem is not None:
             problems.append(problem)
@@ -143,7 +156,8 @@ def verify(
         problem = _Chain(head).finish(saga)
         if problem is not None:
             problems.append(problem)
-    problems.sort(key=lambda problem: problem.saga_id)
+    # Text before anything else: a SQLite file edited by hand may hold a BLOB saga id.
+    problems.sort(key=lambda problem: (type(problem.saga_id) is not str, problem.saga_id))
     return VerificationReport(sagas=sagas, entries=count, problems=problems)
 
 
@@ -206,6 +220,19 @@ class _Chain:
                 entry.seq,
                 f"rewritten: seq {entry.seq} hashes to {entry.hash[:12]}…, but its head was "
                 f"recorded as {head.hash[:12]}…; the chain was rebuilt at or before this seq",
+            )
+
+    def unreadable(self, seq: object, reason: str) -> None:
+        """The next row of the saga, stored at `seq`, cannot be read: `reason` says why."""
+        if self.problem is not None:
+            return
+        expected = self.seq + 1
+        if type(seq) is int and seq == expected:
+            self.problem = (expected, f"unreadable row: {reason}")
+        else:
+            self.problem = (
+                expected,
+                f"unreadable row stored at seq {seq!r} where {expected} was expected: {reason}",
             )
 
     def finish(self, saga_id: str) -> Problem | None:

@@ -56,5 +56,5 @@ class CompensationReport:
 
     @property
     def clean(self) -> bool:
-        """True when nothing failed: every declared compensation has run."""
-        return not self.failed
+        """True when every declared compensation has run and no call is in doubt."""
+        return not self.failed and not self.in_doubt

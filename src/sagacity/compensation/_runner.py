@@ -11,6 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity._classify import error_json
 from sagacity._history import CallState, SagaHistory, payload_of
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
@@ -120,7 +121,7 @@ class CompensationRunner:
         in_doubt: list[CallRef] = []
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
             intent = call.intent
-            if call.in_doubt:
+            if call.in_doubt and not history.superseded(call):
                 in_doubt.append(_ref(intent, _unknown_reason(call.outcome)))
                 continue
             if not call.executed or call.compensated:
@@ -206,10 +207,13 @@ def _ref(entry: JournalEntry, error: Any = None) -> CallRef:
 def _unknown_reason(outcome: JournalEntry | None) -> str:
     if outcome is None:
         return "INTENT with no outcome: the process may have stopped during the call"
+    what = "outcome unknown"
+    if payload_of(outcome).get("kind") == "control_flow":
+        what = "the framework left the tool mid-call, and did not run it again"
     error = payload_of(outcome).get("error")
     if isinstance(error, dict):
-        return f"outcome unknown: {error.get('type')}: {error.get('message')}"
-    return "outcome unknown"
+        return f"{what}: {error.get('type')}: {error.get('message')}"
+    return what
 
 
 def _not_registered(executed: JournalEntry) -> str:
@@ -220,4 +224,5 @@ def _not_registered(executed: JournalEntry) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    error = error_json(exc)
+    return f"{error['type']}: {error['message']}"

@@ -21,6 +21,7 @@
 
 Anything else, and a value nested too deeply or holding itself, raises
 `SerializationError` naming where the value was found. Nothing is ever pickled.
+The reverse, guided by type annotations, is `from_json` in `sagacity.journal._rebuild`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,11 @@ class SideEffectJournal(Protocol):
         ...
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
-        """Return a saga's entries in seq order (empty for an unknown saga)."""
+        """Return a saga's entries in seq order (empty for an unknown saga).
+
+        Raises `JournalError` when the store cannot be read, naming the saga and seq
+        when a stored entry cannot be read as one (edited outside sagacity).
+        """
         ...
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
@@ -49,7 +53,10 @@ class SideEffectJournal(Protocol):
     def list_entries(
         self, *, after: tuple[str, int] | None = None, limit: int = 1000
     ) -> list[JournalEntry]:
-        """Return up to `limit` entries of all sagas ordered by (saga_id, seq), after `after`."""
+        """Return up to `limit` entries of all sagas ordered by (saga_id, seq), after `after`.
+
+        Raises `JournalError` as `entries` does.
+        """
         ...
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from sagacity._sqlite import connect
 from sagacity.errors import AppendConflictError, JournalError
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
-from sagacity.journal._rows import entry_from_row, row_of
+from sagacity.journal._rows import entries_from_rows, row_of
 
 __all__ = ["SqliteJournal"]
 
@@ -165,11 +165,14 @@ class SqliteJournal:
         bound = ">= ''" if after is None else "> ?"
         params = (limit,) if after is None else (after, limit)
         with self._lock:
-            rows = self._conn.execute(
-                f"SELECT DISTINCT saga_id FROM sagacity_journal WHERE saga_id {bound} "
-                "ORDER BY saga_id LIMIT ?",
-                params,
-            ).fetchall()
+            try:
+                rows = self._conn.execute(
+                    f"SELECT DISTINCT saga_id FROM sagacity_journal WHERE saga_id {bound} "
+                    "ORDER BY saga_id LIMIT ?",
+                    params,
+                ).fetchall()
+            except sqlite3.Error as error:
+                raise JournalError(f"cannot list the sagas in {self.path!r}: {error}") from error
         return [row[0] for row in rows]
 
     def list_entries(
@@ -189,9 +192,34 @@ class SqliteJournal:
             self._conn.close()
 
     def _select(self, sql: str, params: tuple[Any, ...]) -> list[JournalEntry]:
+        """Read entries; a row that cannot be read raises `UnreadableRowError` (a JournalError)."""
         with self._lock:
             try:
-                rows = self._conn.execute(sql, params).fetchall()
+                try:
+                    rows = self._conn.execute(sql, params).fetchall()
+                except sqlite3.OperationalError as error:  # "Could not decode to UTF-8 …"
+                    if "UTF-8" not in str(error):
+                        raise
+                    rows = self._select_raw(sql, params)
             except sqlite3.Error as error:
                 raise JournalError(f"cannot read the journal in {self.path!r}: {error}") from error
-        return [entry_from_row(row) for row in rows]
+        return entries_from_rows(rows)
+
+    def _select_raw(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """Read again (under the lock), keeping text that is not UTF-8 as bytes.
+
+        Such text fails the whole read; as bytes, it is a column of the wrong type in the
+        row that holds it, which the row mapping names by saga and seq.
+        """
+        self._conn.text_factory = _text_or_bytes
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        finally:
+            self._conn.text_factory = str
+
+
+def _text_or_bytes(data: bytes) -> str | bytes:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return data

@@ -135,6 +135,9 @@ class TestApprovalPause:
                 "reason": request.reason,
                 "requested_at": request.requested_at.isoformat(),
                 "expires_at": None,
+                "state": "waiting",
+                "approvals": [],
+                "problem": None,
                 "refused": None,
             }
         ]
@@ -231,6 +234,7 @@ class TestApprovalPause:
         assert [phase for phase, _, _ in journal_of(sagacity, "wire-1")] == [
             "AWAITING_APPROVAL",
             "APPROVED",
+            "REFUSED",
         ]
         rejected = approver.reject("wire-1", approver="alice", reason="the input was changed")
         assert rejected.outcome is SagaOutcome.COMPENSATED

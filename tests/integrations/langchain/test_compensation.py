@@ -72,7 +72,8 @@ class TestToolNodeHandleToolErrors:
         result = sagacity.saga("order-1", lambda: graph.invoke(REQUEST))
 
         assert result.outcome is SagaOutcome.COMPENSATED
-        assert result.error is None  # the framework swallowed it: only the journal knows
+        # The framework swallowed it; the result still holds it.
+        assert repr(result.error) == "RuntimeError('carrier rejected the address')"
         assert_compensated(sagacity, "order-1", result.value)
         assert shop.undone == UNDONE
         assert result.compensation is not None

@@ -171,7 +171,7 @@ class TestCancelledSibling:
 
         result = await sagacity.asaga("ship-1", lambda: agent.ainvoke(REQUEST))
 
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert str(result.error) == "label printer jammed"
         assert phases_by_call(sagacity, "ship-1") == {
             "call-1": ["INTENT", "EXECUTED", "COMPENSATED"],
@@ -198,7 +198,8 @@ class TestCancelledSibling:
         assert shop.undone == [("release_inventory", "res-SKU-1-1")]
         assert courier.undone == []
         assert sagacity.history("ship-1")[-1].payload == {
-            "outcome": "COMPENSATED",
+            "outcome": "NEEDS_ATTENTION",
+            "error": {"type": "RuntimeError", "message": "label printer jammed"},
             "compensated": ["call-1"],
             "compensation_failed": [],
             "in_doubt": ["call-2"],
@@ -220,7 +221,7 @@ class TestCancelledSibling:
 
         result = await sagacity.asaga("ship-1", lambda: graph.ainvoke(REQUEST))
 
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.in_doubt] == ["call-2"]
         assert courier.undone == []

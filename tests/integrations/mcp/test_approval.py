@@ -56,12 +56,14 @@ class TestApprovalWithoutCallId:
         assert phases(entries) == [
             ("AWAITING_APPROVAL", "send_wire_transfer", "send_wire_transfer#1"),
             ("APPROVED", "send_wire_transfer", "send_wire_transfer#1"),
+            ("REFUSED", "send_wire_transfer", "send_wire_transfer#1"),  # the changed input
             ("INTENT", "send_wire_transfer", "send_wire_transfer#1"),
             ("EXECUTED", "send_wire_transfer", "send_wire_transfer#1"),
             ("ENDED", None, None),
         ]
         assert entries[1].payload["approver"] == "alice@ops"
-        assert entries[2].payload["input"] == WIRE
+        assert entries[2].payload["reason"] == "input_mismatch"
+        assert entries[3].payload["input"] == WIRE
         assert verify(sagacity.journal, "pay-1").ok
 
     async def test_a_second_wire_needs_a_second_approval(self) -> None:

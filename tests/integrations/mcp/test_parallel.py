@@ -158,7 +158,7 @@ class TestCancellation:
             "outcome_unknown",
         )
         assert failed.payload["error"]["type"] == "CancelledError"
-        assert ended.outcome is SagaOutcome.COMPENSATED
+        assert ended.outcome is SagaOutcome.NEEDS_ATTENTION
         assert ended.compensation is not None
         assert [r.call_id for r in ended.compensation.in_doubt] == ["lbl"]
         assert [r.call_id for r in ended.compensation.compensated] == ["ok"]

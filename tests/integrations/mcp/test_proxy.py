@@ -323,7 +323,7 @@ class TestParallel:
         assert next(e for e in entries if e.phase is Phase.FAILED).payload["kind"] == (
             "outcome_unknown"
         )
-        assert ended.outcome is SagaOutcome.COMPENSATED
+        assert ended.outcome is SagaOutcome.NEEDS_ATTENTION
         assert ended.compensation is not None
         assert [r.call_id for r in ended.compensation.in_doubt] == ["b"]
         assert sorted(r.call_id for r in ended.compensation.compensated) == ["a", "c"]

@@ -267,7 +267,7 @@ class TestEndReadsTheJournal:
             ended = await request_end_saga(client, "c1")
 
         assert (ended.outcome, ended.compensated, ended.in_doubt) == (
-            "COMPENSATED",
+            "NEEDS_ATTENTION",
             ["reserve_inventory#1"],
             ["toolu_crashed"],
         )

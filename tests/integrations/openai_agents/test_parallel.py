@@ -121,7 +121,7 @@ class TestCancelledSibling:
 
         assert result.value.final_output == "done"
         assert tool_outputs(model)["courier"] == "Tool 'book_courier' timed out after 0.05 seconds."
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert "courier 9am cancelled" in orders.log
         entries = sagacity.history("parallel-2")
         calls = check_calls(entries)
@@ -162,7 +162,7 @@ class TestCancelledSibling:
             "parallel-3", lambda: Runner.run(agent_with(model, tools), "go")
         )
 
-        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert isinstance(result.error, UserError)
         assert result.error.__cause__ is orders.errors[0]
         assert orders.log == ["courier 9am cancelled"]

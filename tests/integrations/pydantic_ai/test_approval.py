@@ -104,6 +104,9 @@ class TestNativePause:
             "called back.",
             "requested_at": request.requested_at.isoformat(),
             "expires_at": None,
+            "state": "waiting",
+            "approvals": [],
+            "problem": None,
         }
         assert output.metadata["call-w"]["sagacity"] == request.to_json()
         assert journal_of(sagacity, "payout-1") == PAUSED
@@ -281,7 +284,11 @@ class TestRefusals:
             await resume(sagacity, shop, ScriptedModel(), run, changed)
 
         assert shop.calls == []
-        assert journal_of(sagacity, "payout-1") == [*PAUSED, ("APPROVED", "send_wire", "call-w")]
+        assert journal_of(sagacity, "payout-1") == [
+            *PAUSED,
+            ("APPROVED", "send_wire", "call-w"),
+            ("REFUSED", "send_wire", "call-w"),  # the attempt is evidence
+        ]
         result = await resume(sagacity, shop, model, run, True)
         assert result.outcome is SagaOutcome.COMPLETED
         assert shop.calls == [("send_wire", WIRE)]

@@ -49,7 +49,7 @@ from sagacity.journal._entry import (
     seal,
     utc_timestamp,
 )
-from sagacity.journal._rows import entry_from_row, row_of
+from sagacity.journal._rows import entries_from_rows, row_of
 from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LOCK_CLASS, advisory_key
 
@@ -539,7 +539,7 @@ class PostgresJournal:
             lambda: f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}",
             lambda conn: conn.execute(self._sql_entries, (saga_id,)).fetchall(),
         )
-        entries = [entry_from_row(row) for row in rows]
+        entries = entries_from_rows(rows)
         with self._guard:
             if entries:
                 self._move_head(saga_id, entries[-1].seq, entries[-1].hash)
@@ -567,7 +567,7 @@ class PostgresJournal:
             lambda: f"cannot read the journal in {self._db.settings.where} after {after!r}",
             lambda conn: conn.execute(self._sql_page, (saga_id, seq, limit)).fetchall(),
         )
-        return [entry_from_row(row) for row in rows]
+        return entries_from_rows(rows)
 
     def close(self) -> None:
         """Release this journal's hold on the connection pool; closing twice is harmless."""

@@ -1,0 +1,41 @@
+"""The ids sagacity stores and shows: saga ids and call ids, checked before anything runs."""
+
+from __future__ import annotations
+
+import re
+
+from sagacity.errors import InvalidIdError
+
+__all__ = ["MAX_ID_LENGTH", "require_id"]
+
+MAX_ID_LENGTH = 512
+"""Longer than any framework's tool-call id; short enough to show in a listing."""
+
+# C0 and C1 controls, DEL, the line and paragraph separators, and lone surrogates: none
+# survives a terminal, a log line or a UTF-8 column unchanged.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def require_id(value: object, what: str) -> str:
+    """Return `value` if it can be a saga or call id, else raise `InvalidIdError`.
+
+    Args:
+        value: The id.
+        what: Names it in the error, such as "saga id" or "saga 'order-1': call id".
+    """
+    if not isinstance(value, str):
+        raise InvalidIdError(f"{what} must be a string, not {type(value).__name__} {value!r}")
+    if not value.strip():
+        raise InvalidIdError(f"{what} {value!r} is empty or blank; give it a visible name")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidIdError(
+            f"{what} {value[:40]!r}… is {len(value)} characters long; at most "
+            f"{MAX_ID_LENGTH} are stored"
+        )
+    found = _UNSHOWABLE.search(value)
+    if found is not None:
+        raise InvalidIdError(
+            f"{what} {value!r} holds the character U+{ord(found.group()):04X} at position "
+            f"{found.start()}, which cannot be stored or shown; use printable text"
+        )
+    return value

@@ -1,0 +1,157 @@
+"""How a saga ended: its outcome, its ENDED entry and the `SagaResult` that reports it.
+
+One place decides the outcome from the journal and writes it, for `saga`, `resume_saga`,
+`compensate` and `reject` alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from sagacity._classify import error_json
+from sagacity._history import SagaHistory
+from sagacity.approval import ApprovalLifecycle, ApprovalRequest
+from sagacity.compensation import CompensationReport
+from sagacity.errors import AppendConflictError, JournalError, SagaStateError
+from sagacity.journal import Phase, SideEffectJournal
+
+__all__ = ["SagaEnding", "SagaOutcome", "SagaResult"]
+
+_END_RETRIES = 8
+"""How often an ENDED entry is tried again after another writer appended first."""
+
+
+class SagaOutcome(enum.Enum):
+    """How a saga run ended, read from the journal."""
+
+    COMPLETED = "COMPLETED"
+    """Every call succeeded."""
+    COMPENSATED = "COMPENSATED"
+    """A call failed and every declared compensation ran; no call is in doubt."""
+    COMPENSATION_FAILED = "COMPENSATION_FAILED"
+    """A call failed and at least one compensation raised: the report says what is dirty."""
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+    """A call failed and another is in doubt (it may have run; nobody knows its result):
+    a human settles it with `Sagacity.resolve`, then `Sagacity.compensate` walks again."""
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    """An IRREVERSIBLE call waits for a human; the saga is open until it is resumed."""
+    SUSPENDED = "SUSPENDED"
+    """The framework paused a call (its own control flow, such as a LangGraph
+    `interrupt()` in a tool): the saga stays open; `resume_saga(saga_id, work)` goes on."""
+
+
+ENDING_OUTCOMES = frozenset(
+    {
+        SagaOutcome.COMPLETED,
+        SagaOutcome.COMPENSATED,
+        SagaOutcome.COMPENSATION_FAILED,
+        SagaOutcome.NEEDS_ATTENTION,
+    }
+)
+"""The outcomes an ENDED entry records."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SagaResult:
+    """What a saga run, resume, rejection or compensation came to."""
+
+    saga_id: str
+    """The saga."""
+    outcome: SagaOutcome
+    """How it stands, from the journal: never from what the model said."""
+    value: Any = None
+    """What the work returned (None if it raised)."""
+    error: BaseException | None = None
+    """What failed the saga: the exception the work raised, or the tool failure that the
+    framework swallowed."""
+    compensation: CompensationReport | None = None
+    """The compensation walk, when one ran."""
+    pending: list[ApprovalRequest] = dataclasses.field(default_factory=list)
+    """The approval requests the saga waits on."""
+
+
+def outcome_of(report: CompensationReport) -> SagaOutcome:
+    """The outcome of a compensation walk: in doubt outranks a failed compensation."""
+    if report.in_doubt:
+        return SagaOutcome.NEEDS_ATTENTION
+    return SagaOutcome.COMPENSATION_FAILED if report.failed else SagaOutcome.COMPENSATED
+
+
+class SagaEnding:
+    """Writes a saga's ENDED entry and reports its result."""
+
+    def __init__(self, journal: SideEffectJournal, approval: ApprovalLifecycle) -> None:
+        self._journal = journal
+        self._approval = approval
+
+    def completed(self, history: SagaHistory, value: Any) -> SagaResult:
+        """End a saga whose calls all succeeded."""
+        self._end(history, SagaOutcome.COMPLETED, None, None)
+        return SagaResult(saga_id=history.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
+
+    def compensated(
+        self,
+        history: SagaHistory,
+        report: CompensationReport,
+        *,
+        value: Any,
+        error: BaseException | None,
+    ) -> SagaResult:
+        """End a saga after a compensation walk; its pending requests can no longer run."""
+        outcome = outcome_of(report)
+        self._approval.discard(history.saga_id)
+        self._end(history, outcome, report, error)
+        return SagaResult(
+            saga_id=history.saga_id,
+            outcome=outcome,
+            value=value,
+            error=error,
+            compensation=report,
+        )
+
+    def _end(
+        self,
+        history: SagaHistory,
+        outcome: SagaOutcome,
+        report: CompensationReport | None,
+        error: BaseException | None,
+    ) -> None:
+        payload: dict[str, Any] = {"outcome": outcome.value}
+        if error is not None:
+            payload["error"] = error_json(error)
+        if report is not None:
+            payload["compensated"] = [ref.call_id for ref in report.compensated]
+            payload["compensation_failed"] = [ref.call_id for ref in report.failed]
+            payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
+        for _ in range(_END_RETRIES):
+            last = history.ended
+            if last is not None and _same_end(last.payload, payload):
+                return  # a walk that changed nothing: the last ENDED still says it all
+            if last is not None and outcome is SagaOutcome.COMPLETED:
+                raise SagaStateError(
+                    f"saga {history.saga_id!r} ended {history.outcome} at seq {last.seq} "
+                    "while this run was finishing; it is not ended a second time"
+                )
+            try:
+                history.append(
+                    self._journal, Phase.ENDED, payload=payload, expected_seq=history.last_seq
+                )
+            except AppendConflictError:
+                history.reload(self._journal)  # another writer appended: end on top of it
+                continue
+            return
+        raise JournalError(
+            f"saga {history.saga_id!r}: its ENDED entry lost {_END_RETRIES} races with other "
+            "writers of the saga; run Sagacity.compensate to end it"
+        )
+
+
+def _same_end(recorded: Any, payload: dict[str, Any]) -> bool:
+    """Whether an ENDED entry already says what a walk would write (its error aside)."""
+    if not isinstance(recorded, dict):
+        return False
+    return {k: v for k, v in recorded.items() if k != "error"} == {
+        k: v for k, v in payload.items() if k != "error"
+    }

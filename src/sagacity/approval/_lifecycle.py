@@ -1,0 +1,457 @@
+"""The approval lifecycle in one place: ask, decide, check, consume, and show.
+
+An IRREVERSIBLE call is *asked* (an AWAITING_APPROVAL entry in the journal, and a
+request in the store); a human *decides* (APPROVED or REJECTED, journaled); when the
+call runs it is *checked* against the journal (`_check.py` holds every refusal) and its
+request is *consumed*. A framework's own "no" inside a run is a rejection too
+(`decline`). What is shown to an approver is read from the journal, never from the
+editable store alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from collections.abc import Callable
+
+from sagacity._history import SagaHistory, payload_of
+from sagacity.approval._check import check_approved, check_unused, verified_request
+from sagacity.approval._request import ApprovalRequest, ApprovalStore
+from sagacity.errors import (
+    AppendConflictError,
+    ApprovalAlreadyGivenError,
+    ApprovalError,
+    ApprovalExpiredError,
+    ApprovalHashMismatchError,
+    ApprovalNotFoundError,
+    ApprovalToolMismatchError,
+    JournalError,
+    SagaStateError,
+)
+from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, sha256_hex
+
+__all__ = ["ApprovalLifecycle", "Clock"]
+
+Clock = Callable[[], datetime.datetime]
+"""Returns the current time, timezone-aware."""
+
+_DECISION_RETRIES = 8
+"""How often a decision re-reads the saga after another writer appended first."""
+
+
+class ApprovalLifecycle:
+    """Asks for, records, checks and consumes approvals of IRREVERSIBLE calls.
+
+    Args:
+        journal: Where AWAITING_APPROVAL, APPROVED, REJECTED and REFUSED are journaled.
+        store: Where pending requests are kept between asking and running.
+        ttl: How long a request stays usable; None for no expiry.
+        clock: The current time, timezone-aware.
+    """
+
+    def __init__(
+        self,
+        journal: SideEffectJournal,
+        store: ApprovalStore,
+        *,
+        ttl: datetime.timedelta | None,
+        clock: Clock,
+    ) -> None:
+        self.journal = journal
+        self.store = store
+        self.ttl = ttl
+        self.now = clock
+
+    # -- ask ----------------------------------------------------------------------------
+
+    def ask(
+        self,
+        history: SagaHistory,
+        *,
+        tool_name: str,
+        call_id: str,
+        input: dict[str, JsonValue],
+        reason: str,
+        replaces: ApprovalRequest | None = None,
+    ) -> ApprovalRequest:
+        """Journal AWAITING_APPROVAL and store the request; `replaces` an expired one."""
+        now = self.now()
+        expires_at = None if self.ttl is None else now + self.ttl
+        request_id = uuid.uuid4().hex
+        digest = sha256_hex(input)
+        payload: dict[str, JsonValue] = {
+            "request_id": request_id,
+            "input": input,
+            "input_sha256": digest,
+            "reason": reason,
+            "expires_at": None if expires_at is None else expires_at.isoformat(),
+        }
+        if replaces is not None:
+            payload["replaces"] = replaces.request_id
+        entry = history.append(
+            self.journal,
+            Phase.AWAITING_APPROVAL,
+            tool_name=tool_name,
+            call_id=call_id,
+            payload=payload,
+        )
+        request = ApprovalRequest(
+            request_id=request_id,
+            saga_id=history.saga_id,
+            seq=entry.seq,
+            call_id=call_id,
+            tool_name=tool_name,
+            input=input,
+            input_sha256=digest,
+            reason=reason,
+            requested_at=now,
+            expires_at=expires_at,
+        )
+        self.store.save(request)
+        if replaces is not None:
+            self.store.delete(replaces.request_id)
+        return request
+
+    # -- check (on the hot path, under the saga scope's lock) ---------------------------
+
+    def asked(
+        self, history: SagaHistory, *, call_id: str, tool_name: str
+    ) -> ApprovalRequest | None:
+        """Return the verified request call `call_id` answers; None if it was never asked.
+
+        Raises:
+            ApprovalToolMismatchError: The call id was asked for another tool (journaled
+                as REFUSED).
+            ApprovalRejectedError: It was rejected.
+            ApprovalAlreadyUsedError: The call ran after it was asked.
+            ApprovalNotFoundError: The request is no longer stored.
+        """
+        awaiting = history.asked.get(call_id)
+        if awaiting is None:
+            return None
+        request_id = str(payload_of(awaiting).get("request_id"))
+        if awaiting.tool_name != tool_name:
+            refusal = ApprovalToolMismatchError(
+                f"saga {history.saga_id!r}: call id {call_id!r} was asked for tool "
+                f"{awaiting.tool_name!r} (request {request_id}, seq {awaiting.seq}); tool "
+                f"{tool_name!r} is not run under it. Give every call its own id"
+            )
+            self._refused(history, awaiting, tool_name, "tool_mismatch", refusal)
+            raise refusal
+        stored = self.store.get(request_id)
+        if stored is None:
+            check_unused(_journaled_request(history.saga_id, awaiting), history)
+            raise ApprovalNotFoundError(
+                f"saga {history.saga_id!r}: approval request {request_id} for call "
+                f"{call_id!r} is no longer stored; the call is not run"
+            )
+        return verified_request(stored, history)
+
+    def check(self, history: SagaHistory, request: ApprovalRequest, *, input_sha256: str) -> None:
+        """Refuse unless the verified `request` may run now with this input.
+
+        An input that hashes otherwise is journaled as REFUSED before the refusal is
+        raised; an expired request is asked again, so the saga can still be approved.
+        """
+        try:
+            check_approved(request, history, input_sha256=input_sha256, now=self.now())
+        except ApprovalHashMismatchError as refusal:
+            awaiting = history.entry(request.seq)
+            assert awaiting is not None  # the request was verified against it
+            self._refused(
+                history, awaiting, request.tool_name, "input_mismatch", refusal, input_sha256
+            )
+            raise
+        except ApprovalExpiredError as expired:
+            renewed = self.ask(
+                history,
+                tool_name=request.tool_name,
+                call_id=request.call_id,
+                input=request.input,
+                reason=request.reason,
+                replaces=request,
+            )
+            raise ApprovalExpiredError(
+                f"{expired}; request {renewed.request_id} now asks for the same call: approve "
+                "it, then resume the saga"
+            ) from None
+
+    def consume(self, request: ApprovalRequest) -> None:
+        """Delete a used request: an approval runs its call once."""
+        self.store.delete(request.request_id)
+
+    def _refused(
+        self,
+        history: SagaHistory,
+        awaiting: JournalEntry,
+        tool_name: str,
+        reason: str,
+        refusal: ApprovalError,
+        input_sha256: str | None = None,
+    ) -> None:
+        """Journal REFUSED: the attempt leaves evidence in the chain, not only an exception."""
+        history.append(
+            self.journal,
+            Phase.REFUSED,
+            tool_name=tool_name,
+            call_id=awaiting.call_id,
+            ref_seq=awaiting.seq,
+            payload={
+                "reason": reason,
+                "request_id": payload_of(awaiting).get("request_id"),
+                "input_sha256": input_sha256,
+                "error": str(refusal),
+            },
+        )
+
+    # -- decide -------------------------------------------------------------------------
+
+    def approve(
+        self,
+        saga_id: str,
+        *,
+        approver: str,
+        request_id: str | None,
+        expected_sha256: str | None,
+    ) -> JournalEntry:
+        """Journal APPROVED for a pending request, after every check (see `Sagacity.approve`)."""
+        for _ in range(_DECISION_RETRIES):
+            history = self.history(saga_id)
+            request = self._pending(history, request_id)
+            _refuse_ended(history)
+            check_unused(request, history)
+            if request.approvals:
+                first = request.approvals[0]
+                raise ApprovalAlreadyGivenError(
+                    f"saga {saga_id!r}: request {request.request_id} for tool "
+                    f"{request.tool_name!r} was approved by {first.approver!r} at "
+                    f"{first.approved_at} (seq {first.seq}); a request is approved once"
+                )
+            if request.expired(self.now()):
+                raise ApprovalExpiredError(
+                    f"saga {saga_id!r}: request {request.request_id} expired at "
+                    f"{request.expires_at}; resume the saga to ask again, or reject it"
+                )
+            if expected_sha256 is not None and expected_sha256 != request.input_sha256:
+                raise ApprovalHashMismatchError(
+                    f"saga {saga_id!r}: the approver was shown sha256 {expected_sha256[:12]}…, "
+                    f"but request {request.request_id} is for {request.input_sha256[:12]}…; "
+                    "show the approver the current input"
+                )
+            try:
+                return history.append(
+                    self.journal,
+                    Phase.APPROVED,
+                    tool_name=request.tool_name,
+                    call_id=request.call_id,
+                    ref_seq=request.seq,
+                    payload={
+                        "request_id": request.request_id,
+                        "approver": approver,
+                        "input_sha256": request.input_sha256,
+                    },
+                    expected_seq=history.last_seq,
+                )
+            except AppendConflictError:
+                continue  # another writer appended: decide again on what it wrote
+        raise _lost_races(saga_id, "approval")
+
+    def reject(
+        self, saga_id: str, *, approver: str, reason: str, request_id: str | None
+    ) -> SagaHistory:
+        """Journal REJECTED and consume the request; return the saga's history after it.
+
+        A request whose stored copy was changed can still be rejected: the rejection
+        names the journal's AWAITING_APPROVAL entry.
+
+        Raises:
+            ApprovalAlreadyUsedError: The approved call started running.
+        """
+        for _ in range(_DECISION_RETRIES):
+            history = self.history(saga_id)
+            stored = self._stored(saga_id, request_id)
+            _refuse_ended(history)
+            awaiting = history.awaiting.get(stored.request_id)
+            if awaiting is None:
+                raise ApprovalNotFoundError(
+                    f"saga {saga_id!r}: request {stored.request_id} has no AWAITING_APPROVAL "
+                    "entry in the journal; there is nothing to reject"
+                )
+            request = _journaled_request(saga_id, awaiting)
+            check_unused(request, history)
+            try:
+                self._append_rejection(history, request, approver=approver, reason=reason)
+            except AppendConflictError:
+                continue
+            self.store.delete(stored.request_id)
+            return history
+        raise _lost_races(saga_id, "rejection")
+
+    def decline(
+        self, history: SagaHistory, request: ApprovalRequest, *, source: str, reason: str
+    ) -> JournalEntry:
+        """Journal a framework's own rejection of a call inside a run, and consume it.
+
+        The call is not run, whatever sagacity holds; the saga goes on (the framework
+        tells its model). `source` names where the "no" came from.
+        """
+        check_unused(request, history)
+        entry = self._append_rejection(
+            history, request, approver=None, source=source, reason=reason, guarded=False
+        )
+        self.store.delete(request.request_id)
+        return entry
+
+    def _append_rejection(
+        self,
+        history: SagaHistory,
+        request: ApprovalRequest,
+        *,
+        approver: str | None,
+        reason: str,
+        source: str | None = None,
+        guarded: bool = True,
+    ) -> JournalEntry:
+        # Guarded, a rejection is appended only if the journal is as it was read: a worker
+        # that journals the approved call's INTENT first wins, and the rejection is refused.
+        return history.append(
+            self.journal,
+            Phase.REJECTED,
+            tool_name=request.tool_name,
+            call_id=request.call_id,
+            ref_seq=request.seq,
+            payload={"request_id": request.request_id, "approver": approver, "reason": reason}
+            if source is None
+            else {
+                "request_id": request.request_id,
+                "approver": approver,
+                "source": source,
+                "reason": reason,
+            },
+            expected_seq=history.last_seq if guarded else None,
+        )
+
+    # -- show and find ------------------------------------------------------------------
+
+    def pending(
+        self, saga_id: str | None = None, *, history: SagaHistory | None = None
+    ) -> list[ApprovalRequest]:
+        """Return the stored requests as the journal records them, with their state.
+
+        A request whose stored copy disagrees with the journal is shown with the
+        journal's input and a `problem`; it cannot be approved.
+        """
+        histories: dict[str, SagaHistory] = {} if history is None else {history.saga_id: history}
+        shown = []
+        for stored in self.store.pending(saga_id):
+            found = histories.get(stored.saga_id)
+            if found is None:
+                found = histories[stored.saga_id] = self.history(stored.saga_id)
+            shown.append(_shown(stored, found))
+        return shown
+
+    def pending_request(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
+        """The verified pending request named, or the saga's only one.
+
+        Raises:
+            ApprovalNotFoundError: There is none, or several and none was named; the
+                journal says why when a request was used or rejected.
+        """
+        return self._pending(self.history(saga_id), request_id)
+
+    def history(self, saga_id: str) -> SagaHistory:
+        """Read the saga's journal."""
+        return SagaHistory.of(saga_id, self.journal.entries(saga_id))
+
+    def discard(self, saga_id: str) -> None:
+        """Delete the saga's pending requests: it ended, so nothing may run now."""
+        for request in self.store.pending(saga_id):
+            self.store.delete(request.request_id)
+
+    def _pending(self, history: SagaHistory, request_id: str | None) -> ApprovalRequest:
+        try:
+            stored = self._stored(history.saga_id, request_id)
+        except ApprovalNotFoundError:
+            explain_unusable(history, request_id)
+            raise
+        return verified_request(stored, history)
+
+    def _stored(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
+        if request_id is not None:
+            request = self.store.get(request_id)
+            if request is None or request.saga_id != saga_id:
+                raise ApprovalNotFoundError(
+                    f"saga {saga_id!r} has no pending approval request {request_id!r}"
+                )
+            return request
+        pending = self.store.pending(saga_id)
+        if len(pending) == 1:
+            return pending[0]
+        if not pending:
+            raise ApprovalNotFoundError(f"saga {saga_id!r} has no pending approval request")
+        raise ApprovalNotFoundError(
+            f"saga {saga_id!r} has {len(pending)} pending approval requests "
+            f"({', '.join(r.request_id for r in pending)}); name one with request_id"
+        )
+
+
+def _refuse_ended(history: SagaHistory) -> None:
+    """A saga that ended has no requests left to decide (a stale stored one included)."""
+    if history.ended is not None:
+        raise SagaStateError(
+            f"saga {history.saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
+            "its requests can no longer be decided"
+        )
+
+
+def explain_unusable(history: SagaHistory, request_id: str | None) -> None:
+    """Raise why the newest (or the named) request of a saga can no longer run, if known."""
+    for awaiting in sorted(history.awaiting.values(), key=lambda e: e.seq, reverse=True):
+        if request_id not in (None, payload_of(awaiting).get("request_id")):
+            continue
+        check_unused(_journaled_request(history.saga_id, awaiting), history)
+        if request_id is None:
+            return  # only the newest request says why the saga cannot resume
+
+
+def _shown(stored: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
+    try:
+        return verified_request(stored, history)
+    except ApprovalError as problem:
+        awaiting = history.awaiting.get(stored.request_id)
+        shown = stored if awaiting is None else _journaled_request(history.saga_id, awaiting)
+        return dataclasses.replace(shown, problem=str(problem))
+
+
+def _journaled_request(saga_id: str, awaiting: JournalEntry) -> ApprovalRequest:
+    """The request as its AWAITING_APPROVAL entry records it."""
+    payload = payload_of(awaiting)
+    raw_input = payload.get("input")
+    expires_at = payload.get("expires_at")
+    return ApprovalRequest(
+        request_id=str(payload.get("request_id")),
+        saga_id=saga_id,
+        seq=awaiting.seq,
+        call_id=awaiting.call_id or "",
+        tool_name=awaiting.tool_name or "",
+        input=raw_input if isinstance(raw_input, dict) else {},
+        input_sha256=str(payload.get("input_sha256")),
+        reason=str(payload.get("reason")),
+        requested_at=_time(awaiting.recorded_at) or datetime.datetime.min,
+        expires_at=_time(expires_at),
+    )
+
+
+def _time(value: object) -> datetime.datetime | None:
+    try:
+        return None if value is None else datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None  # an unreadable time: the checks against the store refuse it
+
+
+def _lost_races(saga_id: str, what: str) -> JournalError:
+    return JournalError(
+        f"saga {saga_id!r}: the {what} lost {_DECISION_RETRIES} races with other writers of "
+        "the saga and was not recorded; decide again"
+    )
