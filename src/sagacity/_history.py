@@ -177,21 +177,28 @@ class SagaHistory:
             and self.latest_call.get(call.intent.call_id) is not call
         )
 
-    def unanswered_retry(self) -> CallState | None:
-        """A call that failed asking to be retried, with no later success of its tool.
+    def unanswered_retries(self) -> list[CallState]:
+        """Calls that failed asking to be retried, with no later success of their tool.
 
         Frameworks retry under a new call id (PydanticAI's ModelRetry), so the answer is
         any later EXECUTED call of the same tool. When the work returns with a retry
-        unanswered, the framework gave up: the saga failed.
+        unanswered, the framework gave up: the saga failed. And the tool raised after
+        it started: the unanswered call may have acted, so it is in doubt.
         """
-        unanswered: dict[str, CallState] = {}
+        unanswered: dict[str, list[CallState]] = {}
         for call in sorted(self.calls.values(), key=lambda c: c.intent.seq):
             tool = call.intent.tool_name or ""
             if call.kind == RETRYABLE:
-                unanswered.setdefault(tool, call)
+                unanswered.setdefault(tool, []).append(call)
             elif call.executed:
                 unanswered.pop(tool, None)
-        return next(iter(unanswered.values()), None)
+        return [call for calls in unanswered.values() for call in calls]
+
+    def may_have_run(self, call: CallState) -> bool:
+        """True when the call's effect may exist with no result known: it is in doubt."""
+        if call.kind == RETRYABLE:
+            return any(c is call for c in self.unanswered_retries())
+        return call.in_doubt and not self.superseded(call)
 
     def rejected(self, awaiting_seq: int) -> JournalEntry | None:
         return next(

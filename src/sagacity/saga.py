@@ -446,9 +446,9 @@ class Sagacity:
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
         if not scope.failed and error is None:
-            unanswered = scope.history.unanswered_retry()
-            if unanswered is not None:  # the framework gave up retrying, then returned
-                intent = unanswered.intent
+            unanswered = scope.history.unanswered_retries()
+            if unanswered:  # the framework gave up retrying, then returned
+                intent = unanswered[0].intent
                 scope.fail(
                     SagaStateError(
                         f"saga {scope.saga_id!r}: call {intent.call_id!r} of tool "

@@ -121,7 +121,7 @@ class CompensationRunner:
         in_doubt: list[CallRef] = []
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
             intent = call.intent
-            if call.in_doubt and not history.superseded(call):
+            if history.may_have_run(call):
                 in_doubt.append(_ref(intent, _unknown_reason(call.outcome)))
                 continue
             if not call.executed or call.compensated:
@@ -208,8 +208,11 @@ def _unknown_reason(outcome: JournalEntry | None) -> str:
     if outcome is None:
         return "INTENT with no outcome: the process may have stopped during the call"
     what = "outcome unknown"
-    if payload_of(outcome).get("kind") == "control_flow":
+    kind = payload_of(outcome).get("kind")
+    if kind == "control_flow":
         what = "the framework left the tool mid-call, and did not run it again"
+    elif kind == "retryable":
+        what = "the tool raised asking for a retry after it started, and no retry succeeded"
     error = payload_of(outcome).get("error")
     if isinstance(error, dict):
         return f"{what}: {error.get('type')}: {error.get('message')}"
