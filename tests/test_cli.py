@@ -139,15 +139,18 @@ class TestInspection:
         assert len(lines) == 6
 
     def test_show_and_sagas(self, demo_db: str) -> None:
-        """`show` prints the table; `sagas` lists ids; an unknown saga exits 1."""
+        """`show` prints the table; `sagas` lists ids and states; an unknown saga exits 1."""
         shown = run_cli("show", "order-1001", "--database", demo_db)
         assert shown.stdout.splitlines()[0].split() == ["seq", "phase", "tool", "call", "id",
                                                          "ref", "hash"]  # fmt: skip
         assert "COMPENSATED  charge_card" in shown.stdout
-        assert run_cli("sagas", "--database", demo_db).stdout.split() == [
-            "order-1001",
-            "wire-1002",
+        assert run_cli("sagas", "--database", demo_db).stdout.splitlines() == [
+            "saga        state",
+            "order-1001  COMPENSATED",
+            "wire-1002   COMPLETED",
         ]
+        only = run_cli("sagas", "--outcome", "COMPLETED", "--database", demo_db)
+        assert only.stdout.splitlines()[1:] == ["wire-1002  COMPLETED"]
         assert run_cli("show", "nope", "--database", demo_db).returncode == 1
 
 
@@ -167,8 +170,10 @@ class TestApprovalCommands:
         request = waiting.pending[0]
 
         listed = run_cli("pending", "--database", database)
-        assert request.request_id in listed.stdout
-        assert request.input_sha256 in listed.stdout
+        assert listed.stdout == (
+            f"w-1  request {request.request_id}  wire  waiting  "
+            f'sha256 {request.input_sha256}  {{"amount":"10"}}\n'
+        )
 
         wrong = run_cli("approve", "w-1", "--approver", "bob", "--sha256", "0" * 64,
                         "--database", database)  # fmt: skip
@@ -178,6 +183,12 @@ class TestApprovalCommands:
         done = run_cli("approve", "w-1", "--approver", "bob", "--sha256",
                        request.input_sha256, "--database", database)  # fmt: skip
         assert done.returncode == 0, done.stderr
+        (approval,) = sagacity.pending("w-1")[0].approvals
+        shown = run_cli("pending", "--database", database).stdout
+        assert f"  wire  approved by bob at {approval.approved_at}  sha256" in shown
+        again = run_cli("approve", "w-1", "--approver", "carol", "--database", database)
+        assert again.returncode == 2
+        assert "was approved by 'bob'" in again.stderr
         result = sagacity.resume_saga("w-1")
         assert result.value == "wt-1"
         approved = [e for e in sagacity.journal.entries("w-1") if e.phase is Phase.APPROVED]

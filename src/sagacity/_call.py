@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sagacity._classify import FailureKind, error_json
 from sagacity._history import CONTROL_FLOW, CallState, payload_of
 from sagacity._ids import require_id
 from sagacity._scope import SagaScope
-from sagacity.annotations import Reversibility
+from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import (
     AppendConflictError,
@@ -25,10 +25,7 @@ from sagacity.errors import (
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
 
-if TYPE_CHECKING:
-    from sagacity.tools import SagaTool
-
-__all__ = ["PAUSE", "REPLAY", "RUN", "Call"]
+__all__ = ["PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
 
 _CONFLICT_RETRIES = 8
 """How often an approved call re-checks after another writer appended to its saga first."""
@@ -42,6 +39,20 @@ RUN = object()
 _INTENT, _EXECUTED, _IRREVERSIBLE = Phase.INTENT, Phase.EXECUTED, Reversibility.IRREVERSIBLE
 
 
+class JournaledTool(Protocol):
+    """What the hot path needs of a `SagaTool` (a Protocol: `tools` imports this module)."""
+
+    name: str
+    description: str
+    reversibility: Reversibility
+    retry: Retry | None
+    result_where: str
+
+    def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
+        """Bind and convert the call's arguments."""
+        ...
+
+
 class Call:
     """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
 
@@ -49,7 +60,7 @@ class Call:
 
     def __init__(
         self,
-        tool: SagaTool,
+        tool: JournaledTool,
         scope: SagaScope,
         args: tuple[Any, ...],
         kwargs: Mapping[str, Any],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sagacity._display import journal_table
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.audit import verify
 from sagacity.compensation import CompensationContext
@@ -114,8 +115,6 @@ def _wire_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[st
 
 
 def _report(sagacity: Sagacity, result: SagaResult, say: Callable[[str], None]) -> None:
-    from sagacity.cli import journal_table
-
     say(f"  outcome: {result.outcome.value}")
     if result.compensation is not None:
         undone = ", ".join(ref.tool_name for ref in result.compensation.compensated)

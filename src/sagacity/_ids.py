@@ -6,7 +6,7 @@ import re
 
 from sagacity.errors import InvalidIdError
 
-__all__ = ["MAX_ID_LENGTH", "require_id"]
+__all__ = ["MAX_ID_LENGTH", "require_id", "require_name"]
 
 MAX_ID_LENGTH = 512
 """Longer than any framework's tool-call id; short enough to show in a listing."""
@@ -39,3 +39,9 @@ def require_id(value: object, what: str) -> str:
             f"{found.start()}, which cannot be stored or shown; use printable text"
         )
     return value
+
+
+def require_name(value: object, field: str) -> None:
+    """Refuse an approver or resolver that names nobody."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{field} must name a person or service, not {value!r}")

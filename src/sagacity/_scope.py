@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sagacity._history import SagaHistory
-from sagacity.errors import SagacityError
+from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
 
 if TYPE_CHECKING:
     from sagacity._owner import SagaOwner
 
-__all__ = ["CurrentCall", "SagaScope", "arun_in", "current_call", "current_scope", "run_in"]
+__all__ = [
+    "CurrentCall",
+    "SagaScope",
+    "arun_in",
+    "current_call",
+    "current_scope",
+    "run_coroutine",
+    "run_in",
+]
 
 
 class CurrentCall(NamedTuple):
@@ -111,6 +120,8 @@ class SagaScope:
             self.history.reload(self.owner.journal)
 
 
+T = TypeVar("T")
+
 _scope: contextvars.ContextVar[SagaScope | None] = contextvars.ContextVar(
     "sagacity_scope", default=None
 )
@@ -183,3 +194,13 @@ def _unconsumed_stream(scope: SagaScope, value: Any) -> tuple[Any, Exception | N
             "never read; consume it inside the work, e.g. `lambda: list(graph.stream(...))`"
         )
     return value, None
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, T], what: str) -> T:
+    """Run an async resume to completion from sync code that has no event loop running."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    coroutine.close()
+    raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")

@@ -8,39 +8,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
 
+from sagacity._display import journal_table, table
 from sagacity._stores import default_url
 from sagacity.audit import export_csv, export_jsonl, verify
 from sagacity.errors import SagacityError
-from sagacity.journal import JournalEntry
 from sagacity.saga import Sagacity
 
-__all__ = ["journal_table", "main"]
-
-
-def journal_table(entries: Iterable[JournalEntry]) -> list[str]:
-    """Format entries as an aligned table: seq, phase, tool, call id, ref, short hash."""
-    rows = [("seq", "phase", "tool", "call id", "ref", "hash")]
-    for entry in entries:
-        rows.append(
-            (
-                str(entry.seq),
-                entry.phase.value,
-                entry.tool_name or "",
-                entry.call_id or "",
-                "" if entry.ref_seq is None else str(entry.ref_seq),
-                entry.hash[:12],
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
+__all__ = ["main"]
 
 
 def _url(value: str | None) -> str:
@@ -108,29 +87,51 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_sagas(args: argparse.Namespace) -> int:
     sagacity = _open(args)
+    rows = []
     try:
         after = None
         while True:
             page = sagacity.journal.list_sagas(after=after, limit=500)
             for saga_id in page:
-                print(saga_id)
+                state = _state(sagacity, saga_id)
+                if args.outcome in (None, state):
+                    rows.append((saga_id, state))
             if len(page) < 500:
-                return 0
+                break
             after = page[-1]
     finally:
         sagacity.close()
+    for line in table(("saga", "state"), rows):
+        print(line)
+    return 0
+
+
+def _state(sagacity: Sagacity, saga_id: str) -> str:
+    """The outcome of the saga's last ENDED entry; else AWAITING_APPROVAL or OPEN."""
+    history = sagacity.approval.history(saga_id)
+    if history.outcome is not None:
+        return history.outcome
+    return "AWAITING_APPROVAL" if history.open_requests() else "OPEN"
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
     sagacity = _open(args)
     try:
-        for request in sagacity.pending(args.saga):
-            print(
-                f"{request.saga_id}  request {request.request_id}  {request.tool_name}  "
-                f"sha256 {request.input_sha256}  {orjson.dumps(request.input).decode()}"
-            )
+        requests = sagacity.pending(args.saga)
     finally:
         sagacity.close()
+    for request in requests:
+        state = request.state
+        if request.approvals:
+            state += " by " + ", ".join(
+                f"{a.approver} at {a.approved_at}" for a in request.approvals
+            )
+        print(
+            f"{request.saga_id}  request {request.request_id}  {request.tool_name}  {state}  "
+            f"sha256 {request.input_sha256}  {orjson.dumps(request.input).decode()}"
+        )
+        if request.problem is not None:
+            print(f"    not approvable: {request.problem}")
     return 0
 
 
@@ -168,7 +169,12 @@ def _parser() -> argparse.ArgumentParser:
     show_cmd = command("show", "print a saga's journal as a table")
     show_cmd.add_argument("saga")
     show_cmd.add_argument("--payloads", action="store_true", help="print each entry's payload")
-    command("sagas", "list saga ids")
+    sagas_cmd = command("sagas", "list saga ids with how each stands")
+    sagas_cmd.add_argument(
+        "--outcome",
+        help="only sagas in this state: COMPLETED, COMPENSATED, COMPENSATION_FAILED, "
+        "NEEDS_ATTENTION, AWAITING_APPROVAL or OPEN",
+    )
     pending_cmd = command("pending", "list approval requests waiting for a human")
     pending_cmd.add_argument("--saga", help="only this saga's requests")
     approve_cmd = command("approve", "approve a pending request; the approver is recorded")

@@ -7,18 +7,17 @@ approval lifecycle `approval/`, how a saga ends `_outcome.py`, and the compensat
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sagacity._history import SagaHistory
-from sagacity._ids import require_id
+from sagacity._ids import require_id, require_name
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
-from sagacity._scope import SagaScope, arun_in, current_scope, run_in
+from sagacity._scope import SagaScope, arun_in, current_scope, run_coroutine, run_in
 from sagacity._wrap import wrap_sources
 from sagacity.approval import ApprovalLifecycle, ApprovalRequest, ApprovalStore
-from sagacity.approval._lifecycle import Clock, explain_unusable
+from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
 from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
     ApprovalError,
@@ -81,7 +80,7 @@ class Sagacity:
             raise ConfigurationError(f"approval_ttl must not be negative, not {approval_ttl}")
         self.approval_ttl: datetime.timedelta | None = approval_ttl
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
-        self.now: Clock = _checked_clock(clock or _utc_now)
+        self.now: Clock = checked_clock(clock or _utc_now)
         self.approval = ApprovalLifecycle(journal, approvals, ttl=approval_ttl, clock=self.now)
         """The approval lifecycle: ask, decide, check, consume."""
         self._ending = SagaEnding(journal, self.approval)
@@ -193,7 +192,7 @@ class Sagacity:
         A call resolved as executed is compensated by the next `compensate`, which then
         ends the saga COMPENSATED once nothing else is in doubt.
         """
-        _require_name(by, "by")
+        require_name(by, "by")
         history = self._history(saga_id, must_exist=True)
         call = history.latest_call.get(call_id)
         if call is None or not call.in_doubt:
@@ -258,7 +257,7 @@ class Sagacity:
             ApprovalAlreadyGivenError: The request is approved already.
             ApprovalError: Another check refused (rejected, used, expired, changed).
         """
-        _require_name(approver, "approver")
+        require_name(approver, "approver")
         return self.approval.approve(
             saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
         )
@@ -271,7 +270,7 @@ class Sagacity:
         Raises:
             ApprovalAlreadyUsedError: The approved call is already running (or ran).
         """
-        _require_name(approver, "approver")
+        require_name(approver, "approver")
         self._refuse_if_open(saga_id)
         history = self.approval.reject(
             saga_id, approver=approver, reason=reason, request_id=request_id
@@ -305,7 +304,7 @@ class Sagacity:
             return self._finish(scope, *run_in(scope, work))
         request, tool, kwargs = self._stored_call(saga_id, request_id)
         if tool.is_async:
-            return _run_coroutine(
+            return run_coroutine(
                 self.aresume_saga(saga_id, request_id=request.request_id),
                 f"saga {saga_id!r}: tool {tool.name!r} is async",
             )
@@ -476,29 +475,3 @@ class Sagacity:
         if scope.suspended:
             return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
         return self._ending.completed(scope.history, value)
-
-
-def _checked_clock(clock: Clock) -> Clock:
-    """Refuse a clock whose times cannot be compared with the stores' aware ones."""
-    probe = clock()
-    if not isinstance(probe, datetime.datetime) or probe.utcoffset() is None:
-        raise ConfigurationError(
-            f"clock returned {probe!r}; it must return a timezone-aware datetime, such as "
-            "datetime.datetime.now(datetime.UTC)"
-        )
-    return clock
-
-
-def _run_coroutine(coroutine: Coroutine[Any, Any, SagaResult], what: str) -> SagaResult:
-    """Run an async resume to completion from sync code that has no event loop running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    coroutine.close()
-    raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
-
-
-def _require_name(value: object, field: str) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{field} must name a person or service, not {value!r}")

@@ -70,6 +70,7 @@ def journaled(value: Any) -> Any:
 
 
 def rebuilt(value: Any, annotation: Any) -> Any:
+    """`value` journaled, then rebuilt by `annotation`."""
     return from_json(journaled(value), annotation, where="value")
 
 

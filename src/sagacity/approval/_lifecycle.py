@@ -26,6 +26,7 @@ from sagacity.errors import (
     ApprovalHashMismatchError,
     ApprovalNotFoundError,
     ApprovalToolMismatchError,
+    ConfigurationError,
     JournalError,
     SagaStateError,
 )
@@ -403,6 +404,17 @@ def _refuse_ended(history: SagaHistory) -> None:
             f"saga {history.saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
             "its requests can no longer be decided"
         )
+
+
+def checked_clock(clock: Clock) -> Clock:
+    """Refuse a clock whose times cannot be compared with the stores' aware ones."""
+    probe = clock()
+    if not isinstance(probe, datetime.datetime) or probe.utcoffset() is None:
+        raise ConfigurationError(
+            f"clock returned {probe!r}; it must return a timezone-aware datetime, such as "
+            "datetime.datetime.now(datetime.UTC)"
+        )
+    return clock
 
 
 def explain_unusable(history: SagaHistory, request_id: str | None) -> None:

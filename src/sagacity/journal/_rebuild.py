@@ -28,7 +28,8 @@ if converting it again gives the same JSON, which the approval's hash was taken 
 
 Anything else raises `SerializationError` naming where the value was found, what was
 found and what was expected: a value that does not fit, one that several members of a
-union fit, and an annotation that cannot be resolved. Nothing is guessed.
+union fit, and an annotation that cannot be resolved. Nothing is guessed; the one
+preference is `int` over `float` for an integer, which JCS writes alike (`5.0` as `5`).
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def _scalar(value: JsonValue, cls: Any) -> Any:
         return cls(seconds=value)
     if issubclass(cls, bytes | bytearray):
         return cls(base64.b64decode(value, validate=True))  # type: ignore[arg-type]
-    return getattr(cls, "fromisoformat", cls)(value)  # a JCS number may be an int's
+    return getattr(cls, "fromisoformat", cls)(value)  # dates and times; else the class
 
 
 def _fields(value: JsonValue, cls: type, where: str) -> Any:
