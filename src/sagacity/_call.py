@@ -18,8 +18,10 @@ from sagacity.errors import (
     ApprovalExpiredError,
     ApprovalMissingError,
     InDoubtError,
+    InvalidIdError,
     JournalError,
     ReplayMismatchError,
+    SagacityError,
     SagaStateError,
     SerializationError,
 )
@@ -71,9 +73,13 @@ class Call:
         self.tool = tool
         self.scope = scope
         if call_id is not None:
-            self.call_id = require_id(
-                call_id, f"saga {scope.saga_id!r}: tool {tool.name!r} call id"
-            )
+            try:
+                self.call_id = require_id(
+                    call_id, f"saga {scope.saga_id!r}: tool {tool.name!r} call id"
+                )
+            except InvalidIdError as error:
+                self._refuse(None, "invalid_call_id", error)
+                raise
         elif peek:
             self.call_id = scope.peek_call_id(tool.name)
         else:
@@ -84,11 +90,11 @@ class Call:
         try:
             self.input = tool.input_of(args, kwargs)
         except SerializationError as error:
-            self._refuse_input(error)
+            self._refuse(self.call_id, "unserializable_input", error)
             raise
 
-    def _refuse_input(self, error: SerializationError) -> None:
-        """Journal a call whose arguments have no JSON form, and fail the saga.
+    def _refuse(self, call_id: str | None, reason: str, error: SagacityError) -> None:
+        """Journal a call refused before it ran (its id or arguments), and fail the saga.
 
         Nothing ran; but a framework that turns the error into a message lets the model
         go on as if the step had been taken, so the saga must not end COMPLETED.
@@ -100,8 +106,8 @@ class Call:
             scope.append(
                 Phase.REFUSED,
                 tool_name=self.tool.name,
-                call_id=self.call_id,
-                payload={"reason": "unserializable_input", "error": str(error)},
+                call_id=call_id,
+                payload={"reason": reason, "error": str(error)},
             )
             scope.fail(error)
 
