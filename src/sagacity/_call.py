@@ -168,6 +168,7 @@ class Call:
         scope = self.scope
         for _ in range(_CONFLICT_RETRIES):
             scope.refresh()  # the approval may have been recorded by another process
+            scope.refuse_if_ended(f"IRREVERSIBLE tool {self.tool.name!r} is not run")
             try:
                 self.request = self._asked_request()
                 if self.request is None:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sagacity._history import SagaHistory
+from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
 
@@ -113,6 +114,21 @@ class SagaScope:
         """Mark the work returned: a call that starts later is refused, not journaled."""
         with self.lock:
             self.closed = True
+
+    def refuse_if_ended(self, consequence: str) -> None:
+        """Raise if another worker ended the saga since this scope read it.
+
+        The reason comes from the journal where it has one (the approved call ran, the
+        request was rejected), else it is a `SagaStateError`.
+        """
+        ended = self.history.ended
+        if ended is None:
+            return
+        explain_unusable(self.history, None)
+        raise SagaStateError(
+            f"saga {self.saga_id!r} was ended {self.history.outcome} at seq {ended.seq} by "
+            f"another worker while this run went on; {consequence}"
+        )
 
     def refresh(self) -> None:
         """Re-read the journal: approvals may have been recorded by another process."""

@@ -428,6 +428,7 @@ class Sagacity:
 
     def _finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
+            self._refuse_ended_meanwhile(scope)
             report = self._runner.run(scope.history)
             return self._ending.compensated(
                 scope.history, report, value=value, error=error or scope.error
@@ -436,11 +437,22 @@ class Sagacity:
 
     async def _afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         if self._must_compensate(scope, error):
+            self._refuse_ended_meanwhile(scope)
             report = await self._runner.arun(scope.history)
             return self._ending.compensated(
                 scope.history, report, value=value, error=error or scope.error
             )
         return self._settle(scope, value, error)
+
+    @staticmethod
+    def _refuse_ended_meanwhile(scope: SagaScope) -> None:
+        """A run whose saga another worker ended meanwhile neither compensates nor ends it.
+
+        Its walk would undo a saga that ended as the other worker recorded, and write a
+        second ENDED that disagrees with the first.
+        """
+        scope.refresh()
+        scope.refuse_if_ended("it is not compensated or ended again")
 
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:

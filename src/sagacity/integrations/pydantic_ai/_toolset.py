@@ -10,23 +10,36 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NoReturn
 
 from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
 from sagacity._scope import SagaScope, current_scope
 from sagacity.annotations import Reversibility, compensable
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ConfigurationError, SagaStateError
+from sagacity.errors import (
+    ApprovalError,
+    ConfigurationError,
+    InDoubtError,
+    ReplayMismatchError,
+    SagaStateError,
+)
 from sagacity.integrations.pydantic_ai._classify import classify_exception
 from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
-__all__ = ["METADATA_KEY", "JournalPolicy", "SagaToolset", "saga_toolset"]
+__all__ = ["DENIAL_SOURCE", "METADATA_KEY", "JournalPolicy", "SagaToolset", "saga_toolset"]
 
 METADATA_KEY = "sagacity"
 """The key sagacity sets in `ToolDefinition.metadata` (never sent to the model) and in the
 metadata of the `ApprovalRequired` it raises."""
+
+DENIAL_SOURCE = "pydantic-ai ToolDenied"
+"""The `source` of the REJECTED entry journaled for a call PydanticAI denied."""
+
+_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
+"""Refusals of a call before it runs: sagacity raises them when the saga's work returns."""
 
 _COMPENSATION_ATTRIBUTE = "__sagacity_pydantic_ai_compensation__"
 
@@ -160,6 +173,16 @@ class JournalPolicy:
         }
 
 
+@dataclasses.dataclass(eq=False)
+class _Run:
+    """What the copies of a SagaToolset made for one agent run share."""
+
+    scope: SagaScope
+    """The saga open when the run began: the run calls tools only while it is open."""
+    messages: list[ModelMessage] = dataclasses.field(default_factory=list)
+    """The run's live message history, as the last step showed it."""
+
+
 @dataclasses.dataclass
 class SagaToolset(WrapperToolset[AgentDepsT]):
     """A toolset whose every tool call is journaled in the saga open around the agent run.
@@ -174,7 +197,10 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
     approval raises PydanticAI's `ApprovalRequired` (its metadata under the key
     `"sagacity"`): the run ends with `DeferredToolRequests`. When the run is resumed with
     `DeferredToolResults`, sagacity's own check decides whether the call runs:
-    PydanticAI's `tool_call_approved` is never trusted alone.
+    PydanticAI's `tool_call_approved` is never trusted alone. A call that sagacity still
+    holds, or refuses, is deferred again rather than raised, so the calls beside it run
+    to their end. A call PydanticAI denied (`ToolDenied`) is journaled as REJECTED as soon
+    as the denial shows in the run's messages.
 
     A tool that a SagaToolset further in journals (its metadata says so) is passed
     through untouched, and so is a call that a SagaToolset further out is journaling
@@ -188,18 +214,40 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
 
     policy: JournalPolicy
     """Which tools are journaled, and how."""
-    _opened_in: SagaScope | None = dataclasses.field(
-        default=None, init=False, repr=False, compare=False
-    )
-    """The saga open when the run began: a run started in a saga calls tools only in it."""
+    _run: _Run | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    """The run this copy belongs to; None outside a saga."""
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
-        """This toolset for one run, bound to the saga open where the run begins."""
-        return _bound(await super().for_run(ctx), current_scope())
+        """This toolset for one run, bound to the saga open where the run begins.
+
+        Denials in the message history the run starts from are journaled first.
+        """
+        scope = current_scope()
+        toolset = _bound(await super().for_run(ctx), None if scope is None else _Run(scope))
+        if isinstance(toolset, SagaToolset):
+            toolset._decline_denied(ctx.messages)
+        return toolset
 
     async def for_run_step(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
-        """This toolset for one step of the run, bound to the same saga."""
-        return _bound(await super().for_run_step(ctx), self._opened_in)
+        """This toolset for one step of the run, bound to the same saga.
+
+        The step's messages hold the results of the step before: its denials are journaled.
+        """
+        toolset = _bound(await super().for_run_step(ctx), self._run)
+        if self._run is not None:
+            self._run.messages = ctx.messages
+        if isinstance(toolset, SagaToolset):
+            toolset._decline_denied(ctx.messages)
+        return toolset
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        """Leave the run; denials of its last step, which no later step shows, are journaled."""
+        try:
+            if args and args[0] is None and self._run is not None:
+                self._decline_denied(self._run.messages)
+        finally:
+            exited = await super().__aexit__(*args)
+        return exited
 
     async def get_tools(self, ctx: RunContext[AgentDepsT]) -> dict[str, ToolsetTool[AgentDepsT]]:
         """The wrapped toolset's tools, each marked with how it is journaled."""
@@ -216,21 +264,27 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         """Call the tool through the wrapped toolset, journaled in the open saga.
 
         Raises:
+            ApprovalRequired: The call is IRREVERSIBLE and may not run now: it waits for
+                approval, or a check refused it (sagacity raises the refusal when the
+                saga's work returns). The tool is not run.
             SagaStateError: The run began inside a saga whose work has returned (a streamed
                 run consumed after it): the tool is not run, as no saga would journal it.
         """
-        opened = self._opened_in
-        if opened is not None and current_scope() is not opened:
+        run = self._run
+        if run is not None and current_scope() is not run.scope:
             raise SagaStateError(
-                f"saga {opened.saga_id!r}: the agent run began inside it, but tool {name!r} "
+                f"saga {run.scope.saga_id!r}: the agent run began inside it, but tool {name!r} "
                 "was called after its work returned, so the call is not run. Consume a "
                 "streamed run (run_stream, iter) inside the saga's work"
             )
         journaled = self._journaled(name, tool_args, tool)
         if journaled is None:
             return await super().call_tool(name, tool_args, ctx, tool)
+        framework_call = _FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
+        if journaled.reversibility is Reversibility.IRREVERSIBLE:
+            _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
         return await journaled.ainvoke(
-            (_FrameworkCall(self.wrapped, name, tool_args, ctx, tool),),
+            (framework_call,),
             tool_args,
             call_id=ctx.tool_call_id,
             on_approval_needed=_pause_natively,
@@ -260,14 +314,85 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
             return None
         return self.policy.tool_for(name, tool.tool_def)
 
+    def _decline_denied(self, messages: list[ModelMessage]) -> None:
+        """Journal REJECTED for each call of `messages` that PydanticAI denied and sagacity holds.
 
-def _bound(toolset: AbstractToolset[Any], scope: SagaScope | None) -> AbstractToolset[Any]:
-    """`toolset`, or a copy of it, bound to `scope` if it is a SagaToolset."""
-    if not isinstance(toolset, SagaToolset) or toolset._opened_in is scope:
+        PydanticAI never calls a toolset for a denied call (`ToolDenied`, or `False` in
+        `DeferredToolResults.approvals`): it gives the model a result with outcome
+        `"denied"`. That result is where the denial shows, so the request the call waits
+        on is declined here: the call can no longer run, however it is approved or resumed.
+        """
+        run = self._run
+        if run is None or current_scope() is not run.scope:
+            return
+        scope = run.scope
+        if scope.owner is not self.policy.sagacity:
+            return
+        denied = [
+            part
+            for message in messages
+            if isinstance(message, ModelRequest)
+            for part in message.parts
+            if isinstance(part, ToolReturnPart) and part.outcome == "denied"
+        ]
+        if not denied:
+            return
+        waiting = {
+            (entry.call_id, entry.tool_name) for entry in scope.history.open_requests()
+        }
+        for part in denied:
+            if (part.tool_call_id, part.tool_name) not in waiting:
+                continue  # sagacity never asked for it, or it was decided already
+            decliner = _journaled_tool(
+                scope.owner, part.tool_name, "", Reversibility.IRREVERSIBLE
+            )
+            try:
+                decliner.decline(
+                    (None,),
+                    {},
+                    call_id=part.tool_call_id,
+                    source=DENIAL_SOURCE,
+                    reason=str(part.content),
+                )
+            except ApprovalError:
+                continue  # decided meanwhile in another process: rejected, or run
+
+
+def _bound(toolset: AbstractToolset[Any], run: _Run | None) -> AbstractToolset[Any]:
+    """`toolset`, or a copy of it, bound to `run` if it is a SagaToolset."""
+    if not isinstance(toolset, SagaToolset) or toolset._run is run:
         return toolset
     bound = dataclasses.replace(toolset)
-    bound._opened_in = scope
+    bound._run = run
     return bound
+
+
+def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | None) -> None:
+    """Raise PydanticAI's `ApprovalRequired` unless this IRREVERSIBLE call may run now.
+
+    A call that waits for approval, or one a check refuses, is deferred: PydanticAI lets
+    the calls beside it finish, and the run ends with `DeferredToolRequests`. Raised
+    through PydanticAI, a refusal would cancel them mid-call (an approved sibling would be
+    left in doubt). A refusal is still raised by `Sagacity.saga` when the work returns.
+    """
+    scope = current_scope()
+    if scope is None or scope.failed:
+        return  # the call itself says why it does not run (NoSagaError, SagaStateError)
+    try:
+        waiting = tool.pending_approval((call,), call.tool_args, call_id=call_id)
+    except _REFUSALS as refusal:
+        raise ApprovalRequired(
+            metadata={
+                METADATA_KEY: {
+                    "refused": type(refusal).__name__,
+                    "error": str(refusal),
+                    "call_id": call_id,
+                    "tool_name": tool.name,
+                }
+            }
+        ) from refusal
+    if waiting is not None:
+        _pause_natively(waiting)
 
 
 def saga_toolset(sagacity: Sagacity, *sources: object, **options: Any) -> SagaToolset[Any]:
