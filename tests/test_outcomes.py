@@ -28,7 +28,7 @@ from sagacity import (
 )
 from sagacity.cli import main as cli
 from sagacity.testing import FailOn
-from tests._shop import Shop, journal_intent, phases, tools_of
+from tests._shop import Shop, journal_failure, journal_intent, phases, tools_of
 
 
 class TestNeedsAttention:
@@ -445,3 +445,34 @@ class TestOneEnd:
         finally:
             sagacity.close()
             other.close()
+
+
+class TestRerunAfterAFailure:
+    def test_new_calls_are_refused_and_replays_still_return(self, sagacity: Sagacity) -> None:
+        """Re-run work of a failed saga starts no new effect that would be undone at once.
+
+        A call that ran before replays its result; a new call is refused with
+        `SagaStateError` and never runs; the saga is compensated.
+        """
+        shop = Shop()
+        tools = tools_of(sagacity, shop)
+        reserved = journal_intent(sagacity, "s", "reserve_inventory#1")
+        sagacity.journal.append(
+            "s", Phase.EXECUTED, tool_name="reserve_inventory", call_id="reserve_inventory#1",
+            ref_seq=reserved.seq, payload={"result": "res-SKU-1-1"},
+        )  # fmt: skip
+        shipped = journal_intent(sagacity, "s", "ship#1", tool_name="ship", tool_input={})
+        journal_failure(sagacity, shipped)  # an earlier run failed, then stopped
+
+        def work() -> str:
+            replayed = tools["reserve_inventory"]("SKU-1")
+            tools["charge_card"]("5.00", "4242")
+            return replayed
+
+        result = sagacity.saga("s", work)
+
+        assert shop.calls == {}
+        assert isinstance(result.error, SagaStateError)
+        assert "tool 'charge_card' is not run" in str(result.error)
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert shop.log == ["release res-SKU-1-1"]

@@ -12,6 +12,7 @@ from sagacity._ids import require_id
 from sagacity._scope import SagaScope
 from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import (
     AppendConflictError,
     ApprovalError,
@@ -121,7 +122,7 @@ class Call:
             if prior is not None:
                 try:
                     replayed = self._replay(prior)
-                except (InDoubtError, ReplayMismatchError) as refusal:
+                except (ApprovalError, InDoubtError, ReplayMismatchError) as refusal:
                     scope.refusal = refusal  # nothing ran: the saga stays open, not failed
                     raise
                 if replayed is not None:
@@ -138,6 +139,14 @@ class Call:
                         "new saga if it is still wanted"
                     )
                 return self._begin_approved(payload)
+            if scope.failed_before:
+                # Its effect would be undone as soon as the work returns: do not start it.
+                raise SagaStateError(
+                    f"saga {scope.saga_id!r}: a call failed in an earlier run, so the saga "
+                    f"will be compensated; tool {tool.name!r} is not run under the new call id "
+                    f"{self.call_id!r} (calls that ran before replay). Run it in a new saga "
+                    "if it is still wanted"
+                )
             if self.call_id in history.asked:
                 try:
                     self._asked_request()  # asked for another tool: refused, with evidence
@@ -216,6 +225,11 @@ class Call:
             assert prior.outcome is not None
             return REPLAY, payload_of(prior.outcome).get("result")
         if prior.in_doubt and prior.kind != CONTROL_FLOW:
+            asked = self.scope.history.asked.get(self.call_id)
+            if asked is not None and prior.intent.seq > asked.seq:
+                # An approved call another worker is running (or was, when it stopped):
+                # ApprovalAlreadyUsedError says so.
+                explain_unusable(self.scope.history, payload_of(asked).get("request_id"))
             raise InDoubtError(
                 f"saga {saga!r}: call {self.call_id!r} of tool {name!r} has an INTENT at seq "
                 f"{prior.intent.seq} with no known outcome; it may have run. Resolve it with "

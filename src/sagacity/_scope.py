@@ -54,6 +54,8 @@ class SagaScope:
         self.lock = threading.RLock()
         self.failed = False
         """A call failed: the saga compensates when its work returns, whatever it says."""
+        self.failed_before = False
+        """A call failed in an earlier run: only replays run now; new calls are refused."""
         self.error: BaseException | None = None
         """The first failure that failed the saga, even if the framework swallowed it."""
         self.refusal: SagacityError | None = None

@@ -142,6 +142,8 @@ class ApprovalLifecycle:
             raise refusal
         stored = self.store.get(request_id)
         if stored is None:
+            # Consumed since the journal was read, by a worker whose INTENT is there now.
+            history.reload(self.journal)
             check_unused(_journaled_request(history.saga_id, awaiting), history)
             raise ApprovalNotFoundError(
                 f"saga {history.saga_id!r}: approval request {request_id} for call "
@@ -374,6 +376,7 @@ class ApprovalLifecycle:
         try:
             stored = self._stored(history.saga_id, request_id)
         except ApprovalNotFoundError:
+            history.reload(self.journal)  # consumed since it was read: the journal says why
             explain_unusable(history, request_id)
             raise
         return verified_request(stored, history)
