@@ -29,6 +29,8 @@ class TestExportedMembers:
             # The approval lifecycle and ids that cannot be stored:
             "Approval", "ApprovalAlreadyGivenError", "ApprovalToolMismatchError",
             "InvalidIdError",
+            # One worker per saga:
+            "LeaseLostError", "SagaBusyError", "SagaLease",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

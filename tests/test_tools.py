@@ -28,7 +28,7 @@ from sagacity import (
     current_call,
 )
 from sagacity.approval import InMemoryApprovalStore
-from sagacity.journal import JsonValue
+from sagacity.journal import JsonValue, SagaLease
 from sagacity.testing import memory_sagacity
 from tests._shop import Shop, journal_intent, phases, tools_of
 
@@ -701,6 +701,7 @@ class FailingJournal(InMemoryJournal):
         ref_seq: int | None = None,
         payload: JsonValue = None,
         expected_seq: int | None = None,
+        fence: SagaLease | None = None,
     ) -> Any:
         if phase is self.failing:
             raise JournalError(f"saga {saga_id!r}: disk full")
@@ -712,6 +713,7 @@ class FailingJournal(InMemoryJournal):
             ref_seq=ref_seq,
             payload=payload,
             expected_seq=expected_seq,
+            fence=fence,
         )
 
 

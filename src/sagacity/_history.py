@@ -6,7 +6,9 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from sagacity.errors import LeaseLostError
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
+from sagacity.journal._lease import SagaLease
 
 __all__ = ["CallState", "SagaHistory", "payload_of"]
 
@@ -28,6 +30,11 @@ class CallState:
     intent: JournalEntry
     outcome: JournalEntry | None = None
     compensation: JournalEntry | None = None
+    """The latest COMPENSATED or COMPENSATION_FAILED of the call's EXECUTED."""
+    compensating: JournalEntry | None = None
+    """The latest COMPENSATING: the intent of the compensation's latest attempt."""
+    compensation_attempts: int = 0
+    """How many COMPENSATING entries the call has: attempts of its compensation."""
 
     @property
     def executed(self) -> bool:
@@ -54,6 +61,28 @@ class CallState:
     def compensated(self) -> bool:
         return self.compensation is not None and self.compensation.phase is Phase.COMPENSATED
 
+    @property
+    def compensation_started(self) -> bool:
+        """Its compensation's latest attempt started and has no outcome journaled."""
+        return self.compensating is not None and (
+            self.compensation is None or self.compensation.seq < self.compensating.seq
+        )
+
+    @property
+    def compensation_in_doubt(self) -> bool:
+        """Its compensation may have taken effect and nobody knows: not compensated, not failed.
+
+        A COMPENSATING with no outcome after it (the process stopped during the
+        compensation), or a COMPENSATION_FAILED whose outcome is unknown (it timed out).
+        """
+        if self.compensation_started:
+            return True
+        return (
+            self.compensation is not None
+            and self.compensation.phase is Phase.COMPENSATION_FAILED
+            and payload_of(self.compensation).get("kind") == OUTCOME_UNKNOWN
+        )
+
 
 @dataclasses.dataclass(slots=True)
 class SagaHistory:
@@ -72,6 +101,10 @@ class SagaHistory:
     decisions: dict[int, list[JournalEntry]] = dataclasses.field(default_factory=dict)
     """APPROVED and REJECTED entries by the seq of the AWAITING_APPROVAL they answer."""
     ended: JournalEntry | None = None
+    fence: SagaLease | None = None
+    """The lease this history's appends are made under; None for an unleased decision."""
+    lease_lost: bool = False
+    """The lease was taken over: this worker must stop and leave the saga alone."""
 
     @classmethod
     def of(cls, saga_id: str, entries: Iterable[JournalEntry]) -> SagaHistory:
@@ -92,10 +125,15 @@ class SagaHistory:
             answered = self.calls.get(entry.ref_seq or 0)
             if answered is not None:
                 answered.outcome = entry
-        elif phase in (Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
+        elif phase in (Phase.COMPENSATING, Phase.COMPENSATED, Phase.COMPENSATION_FAILED):
             executed = self.entry(entry.ref_seq or 0)
             call = self.calls.get(executed.ref_seq or 0) if executed else None
-            if call is not None:
+            if call is None:
+                pass
+            elif phase is Phase.COMPENSATING:
+                call.compensating = entry
+                call.compensation_attempts += 1
+            else:
                 call.compensation = entry
         elif phase is Phase.AWAITING_APPROVAL:
             request_id = payload_of(entry).get("request_id")
@@ -112,7 +150,8 @@ class SagaHistory:
         """Read the saga's journal again, in place: another writer may have appended."""
         fresh = SagaHistory.of(self.saga_id, journal.entries(self.saga_id))
         for field in dataclasses.fields(self):
-            setattr(self, field.name, getattr(fresh, field.name))
+            if field.name not in ("fence", "lease_lost"):
+                setattr(self, field.name, getattr(fresh, field.name))
 
     def append(
         self,
@@ -125,16 +164,21 @@ class SagaHistory:
         payload: JsonValue = None,
         expected_seq: int | None = None,
     ) -> JournalEntry:
-        """Append to the saga's journal and add the entry here."""
-        entry = journal.append(
-            self.saga_id,
-            phase,
-            tool_name=tool_name,
-            call_id=call_id,
-            ref_seq=ref_seq,
-            payload=payload,
-            expected_seq=expected_seq,
-        )
+        """Append to the saga's journal, under this history's lease, and add the entry here."""
+        try:
+            entry = journal.append(
+                self.saga_id,
+                phase,
+                tool_name=tool_name,
+                call_id=call_id,
+                ref_seq=ref_seq,
+                payload=payload,
+                expected_seq=expected_seq,
+                fence=self.fence,
+            )
+        except LeaseLostError:
+            self.lease_lost = True
+            raise
         self.add(entry)
         return entry
 

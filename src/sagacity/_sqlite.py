@@ -9,7 +9,8 @@ from sagacity.errors import JournalError, SchemaVersionError
 
 __all__ = ["SCHEMA_VERSION", "connect"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: journal and approval requests; 2: saga leases (added in place to a version 1 file)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sagacity_meta (
@@ -49,6 +50,12 @@ CREATE TABLE IF NOT EXISTS sagacity_approval_request (
 );
 CREATE INDEX IF NOT EXISTS sagacity_approval_request_saga
     ON sagacity_approval_request (saga_id);
+CREATE TABLE IF NOT EXISTS sagacity_lease (
+    saga_id    TEXT    PRIMARY KEY,
+    owner      TEXT    NOT NULL,
+    token      INTEGER NOT NULL,  -- grows at every acquisition: appends are fenced by it
+    expires_at TEXT    NOT NULL   -- UTC, six fraction digits, Z: sorts as it compares
+) WITHOUT ROWID;
 """
 
 
@@ -84,16 +91,18 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
         row = conn.execute(
             "SELECT value FROM sagacity_meta WHERE key = 'schema_version'"
         ).fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO sagacity_meta (key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-        elif int(row[0]) > SCHEMA_VERSION:
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
             raise SchemaVersionError(
                 f"SQLite database {str(path)!r} has schema version {row[0]}, but this "
                 f"sagacity knows only up to {SCHEMA_VERSION}; upgrade sagacity to open it"
             )
+        # The statements above created what a version 1 file lacked: record it, so that
+        # an older sagacity, which would not honour leases, refuses the file.
+        conn.execute(
+            "INSERT INTO sagacity_meta (key, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -7,9 +7,11 @@ SagacityError                      500
 ├── InvalidIdError                 422  a saga or call id cannot be stored or displayed
 ├── JournalError                   503  the journal could not be read or written
 │   ├── SchemaVersionError         503  the database has a newer schema than this code
-│   └── AppendConflictError        409  a conditional append found the saga moved on
+│   ├── AppendConflictError        409  a conditional append found the saga moved on
+│   └── LeaseLostError             409  another worker took the saga over: nothing written
 ├── SagaStateError                 409  the saga is not in a state that allows this
 │   ├── NestedSagaError            409  a saga was opened inside another
+│   ├── SagaBusyError              409  another worker holds the saga's lease
 │   ├── NoSagaError                409  an IRREVERSIBLE tool was called outside a saga
 │   ├── InDoubtError               409  a replayed call has an INTENT with no outcome
 │   └── ReplayMismatchError        409  a replayed call id ran before with other input
@@ -46,9 +48,11 @@ __all__ = [
     "InDoubtError",
     "InvalidIdError",
     "JournalError",
+    "LeaseLostError",
     "NestedSagaError",
     "NoSagaError",
     "ReplayMismatchError",
+    "SagaBusyError",
     "SagaNotFoundError",
     "SagaStateError",
     "SagacityError",
@@ -121,6 +125,16 @@ class AppendConflictError(JournalError):
         return type(self), (self.saga_id, self.expected_seq, self.found_seq)
 
 
+class LeaseLostError(JournalError):
+    """A worker whose lease on a saga was taken over tried to append; nothing was written.
+
+    The lease expired (the worker stalled past it) and another worker took the saga
+    over: this worker must stop, and leave the saga to the new holder.
+    """
+
+    status_code = 409
+
+
 class SagaStateError(SagacityError):
     """The saga is not in a state that allows the operation."""
 
@@ -129,6 +143,10 @@ class SagaStateError(SagacityError):
 
 class NestedSagaError(SagaStateError):
     """A saga was opened while another is active in the same context."""
+
+
+class SagaBusyError(SagaStateError):
+    """Another worker holds the saga's lease: it is running, resuming or compensating it."""
 
 
 class NoSagaError(SagaStateError):

@@ -24,6 +24,7 @@ from sagacity import (
     ConfigurationError,
     Phase,
     Reversibility,
+    SagaBusyError,
     Sagacity,
     SagaOutcome,
     SagaStateError,
@@ -229,12 +230,14 @@ class TestRaces:
     ) -> None:
         """Of workers resuming one approved saga at once, one runs the call.
 
-        Every other gets ApprovalAlreadyUsedError, never a misleading "not found".
+        Every other, once it holds the saga in turn, gets ApprovalAlreadyUsedError, never
+        a misleading "not found".
         """
         starter = Sagacity.from_url(shared_store_url)
         waiting_saga(starter)
         starter.approve(SAGA, approver="alice@treasury")
-        workers = [Sagacity.from_url(shared_store_url) for _ in range(6)]
+        # Each waits for the saga's lease rather than being refused as busy at once.
+        workers = [Sagacity.from_url(shared_store_url, lease_wait=30) for _ in range(6)]
         shops = [Shop() for _ in workers]
         tools = [tools_of(worker, shop) for worker, shop in zip(workers, shops, strict=True)]
         barrier = threading.Barrier(len(workers))
@@ -385,3 +388,43 @@ class TestClocks:
             waiting.approve_and_resume_once()
         finally:
             sagacity.close()
+
+
+class TestOneWorkerPerSaga:
+    def test_a_worker_that_cannot_wait_is_refused_naming_the_holder(
+        self, shared_store_url: str
+    ) -> None:
+        """While one worker holds a saga, another's resume is refused and runs nothing.
+
+        The error names the holder; the holder's run goes on and completes.
+        """
+        holder, other = Sagacity.from_url(shared_store_url), Sagacity.from_url(shared_store_url)
+        try:
+            waiting = waiting_saga(holder)
+            holder.approve(SAGA, approver="alice@treasury")
+            other_shop = Shop()
+            tools_of(other, other_shop)
+            refused: list[Exception] = []
+
+            def other_worker() -> None:
+                try:
+                    other.resume_saga(SAGA)
+                except SagaBusyError as error:
+                    refused.append(error)
+
+            def work() -> Any:
+                worker = threading.Thread(target=other_worker)
+                worker.start()
+                worker.join()
+                return order_then_wire(waiting.tools)()
+
+            result = holder.resume_saga(SAGA, work)
+
+            assert result.outcome is SagaOutcome.COMPLETED
+            assert len(refused) == 1
+            assert f"saga {SAGA!r} is held by " in str(refused[0])
+            assert other_shop.calls["send_wire_transfer"] == 0
+            assert waiting.wire_ran() == 1
+        finally:
+            holder.close()
+            other.close()

@@ -36,7 +36,7 @@ def schema_of(url: str) -> str:
 
 class TestSchema:
     def test_created_on_first_use_with_its_version(self, pg_url: str, admin: Admin) -> None:
-        """Opening a URL creates its schema, both tables, the triggers and version 1."""
+        """Opening a URL creates its schema, its tables, the triggers and version 2."""
         schema = schema_of(pg_url)
         assert admin.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
         open_postgres_stores(pg_url)[0].close()
@@ -45,11 +45,16 @@ class TestSchema:
             "ORDER BY table_name",
             (schema,),
         ).fetchall()
-        assert tables == [("sagacity_approval_request",), ("sagacity_journal",), ("sagacity_meta",)]
+        assert tables == [
+            ("sagacity_approval_request",),
+            ("sagacity_journal",),
+            ("sagacity_lease",),
+            ("sagacity_meta",),
+        ]
         version = admin.execute(
             f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
         ).fetchone()
-        assert version == (str(SCHEMA_VERSION),) == ("1",)
+        assert version == (str(SCHEMA_VERSION),) == ("2",)
 
     def test_the_payload_column_is_text_not_jsonb(self, pg_url: str, admin: Admin) -> None:
         """Payloads and approval inputs are stored as text: jsonb would reorder and reformat."""

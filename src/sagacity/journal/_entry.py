@@ -45,6 +45,9 @@ class Phase(enum.Enum):
     REFUSED = "REFUSED"
     """A call was refused before it ran (an input that hashes otherwise than its approval,
     arguments with no JSON form): evidence of the attempt; nothing was executed."""
+    COMPENSATING = "COMPENSATING"
+    """The compensation of the EXECUTED entry `ref_seq` is about to run; committed before
+    it is called. `payload["attempt"]` counts the compensation's attempts (1, 2, …)."""
     COMPENSATED = "COMPENSATED"
     """The compensation of the EXECUTED entry `ref_seq` ran."""
     COMPENSATION_FAILED = "COMPENSATION_FAILED"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import datetime
 import threading
 
 from sagacity.errors import AppendConflictError
@@ -15,6 +17,7 @@ from sagacity.journal._entry import (
     new_entry,
     utc_timestamp,
 )
+from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
 
 __all__ = ["InMemoryJournal"]
 
@@ -35,6 +38,7 @@ class InMemoryJournal:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sagas: dict[str, list[JournalEntry]] = {}
+        self._leases: dict[str, SagaLease] = {}
 
     def append(
         self,
@@ -46,6 +50,7 @@ class InMemoryJournal:
         ref_seq: int | None = None,
         payload: JsonValue = None,
         expected_seq: int | None = None,
+        fence: SagaLease | None = None,
     ) -> JournalEntry:
         """Append an entry, if the saga's last seq is `expected_seq` when given.
 
@@ -60,6 +65,8 @@ class InMemoryJournal:
         # the SQL backends do: the caller's object may be changed later, the copy is not.
         stored = payload if type(payload) in _IMMUTABLE else decode_canonical(payload_bytes)
         with self._lock:
+            if fence is not None:
+                self._check_fence(fence)
             chain = self._sagas.get(saga_id)
             if expected_seq is not None:
                 found = 0 if chain is None else len(chain)
@@ -95,6 +102,43 @@ class InMemoryJournal:
             )
             chain.append(entry)
             return entry
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+        with self._lock:
+            held = self._leases.get(saga_id)
+            if held is not None and held.expires_at > now:
+                raise busy(held)
+            lease = SagaLease(
+                saga_id=saga_id,
+                owner=owner,
+                token=1 if held is None else held.token + 1,
+                expires_at=expires_at,
+            )
+            self._leases[saga_id] = lease
+            return lease
+
+    def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
+        """Move the lease's expiry; `LeaseLostError` if it was taken over."""
+        with self._lock:
+            self._check_fence(lease)
+            renewed = self._leases[lease.saga_id] = dataclasses.replace(
+                lease, expires_at=expires_at
+            )
+            return renewed
+
+    def release_lease(self, lease: SagaLease) -> None:
+        """Free the saga, unless the lease was taken over."""
+        with self._lock:
+            if self._leases.get(lease.saga_id, lease).token == lease.token:
+                self._leases[lease.saga_id] = dataclasses.replace(lease, expires_at=RELEASED)
+
+    def _check_fence(self, lease: SagaLease) -> None:
+        held = self._leases.get(lease.saga_id)
+        if held is None or held.token != lease.token:
+            raise lost(lease)
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Protocol, runtime_checkable
 
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
+from sagacity.journal._lease import SagaLease
 
 __all__ = ["SideEffectJournal"]
 
@@ -24,6 +26,7 @@ class SideEffectJournal(Protocol):
         ref_seq: int | None = None,
         payload: JsonValue = None,
         expected_seq: int | None = None,
+        fence: SagaLease | None = None,
     ) -> JournalEntry:
         """Durably append an entry; the journal assigns seq, time and hashes.
 
@@ -35,7 +38,35 @@ class SideEffectJournal(Protocol):
         gets seq `expected_seq + 1`. Of writers racing with the same `expected_seq`, in
         this process or any other sharing the store, exactly one succeeds; the others
         write nothing and raise `AppendConflictError`, a `JournalError`.
+
+        With `fence`, the entry is written only while that lease's token is still the
+        saga's, checked in the same atomic step as the write; otherwise nothing is
+        written and `LeaseLostError` (a `JournalError`) is raised.
         """
+        ...
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """Take the saga's lease until `expires_at`, if it is free or expired at `now`.
+
+        Each acquisition gets a token greater than any before it for the saga.
+
+        Raises:
+            SagaBusyError: Another holder's lease runs past `now`; nothing was changed.
+        """
+        ...
+
+    def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
+        """Move the lease's expiry to `expires_at`.
+
+        Raises:
+            LeaseLostError: The saga was taken over: the token is no longer the saga's.
+        """
+        ...
+
+    def release_lease(self, lease: SagaLease) -> None:
+        """Free the saga for the next worker; a lease already taken over is left alone."""
         ...
 
     def entries(self, saga_id: str) -> list[JournalEntry]:

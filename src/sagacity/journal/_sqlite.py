@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
 import threading
 from pathlib import Path
@@ -11,13 +12,28 @@ from sagacity._sqlite import connect
 from sagacity.errors import AppendConflictError, JournalError
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
+from sagacity.journal._lease import RELEASED, SagaLease, busy, lease_time, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 
 __all__ = ["SqliteJournal"]
 
 _COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
 _INSERT = f"INSERT INTO sagacity_journal ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# Written only while the lease still holds, in the same statement: a holder taken over
+# cannot slip an entry in behind the new holder.
+_INSERT_FENCED = (
+    f"INSERT INTO sagacity_journal ({_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM sagacity_lease WHERE saga_id = ? AND token = ?)"
+)
 _HEAD = "SELECT seq, hash FROM sagacity_journal WHERE saga_id = ? ORDER BY seq DESC LIMIT 1"
+_TOKEN = "SELECT token FROM sagacity_lease WHERE saga_id = ?"
+_ACQUIRE = (
+    "INSERT INTO sagacity_lease (saga_id, owner, token, expires_at) VALUES (?, ?, 1, ?) "
+    "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, token = token + 1, "
+    "expires_at = excluded.expires_at WHERE sagacity_lease.expires_at <= ? RETURNING token"
+)
+_HOLDER = "SELECT owner, token, expires_at FROM sagacity_lease WHERE saga_id = ?"
+_SET_EXPIRY = "UPDATE sagacity_lease SET expires_at = ? WHERE saga_id = ? AND token = ?"
 _MAX_REMEMBERED_HEADS = 10_000
 
 
@@ -59,12 +75,14 @@ class SqliteJournal:
         ref_seq: int | None = None,
         payload: JsonValue = None,
         expected_seq: int | None = None,
+        fence: SagaLease | None = None,
     ) -> JournalEntry:
         """Append an entry and commit it durably (see `SideEffectJournal.append`).
 
         Raises:
             AppendConflictError: `expected_seq` was given and is not the saga's last
                 seq; nothing was written.
+            LeaseLostError: `fence` no longer holds the saga; nothing was written.
             JournalError: The database refused the write.
         """
         with self._lock:
@@ -84,8 +102,14 @@ class SqliteJournal:
                         payload=payload,
                         prev_hash=head[1],
                     )
+                    row = row_of(entry, payload_bytes)
                     try:
-                        self._cursor.execute(_INSERT, row_of(entry, payload_bytes))
+                        if fence is None:
+                            self._cursor.execute(_INSERT, row)
+                        else:
+                            self._cursor.execute(_INSERT_FENCED, (*row, saga_id, fence.token))
+                            if self._cursor.rowcount == 0:
+                                raise lost(fence)
                     except sqlite3.IntegrityError:
                         pass  # another writer took the next seq
                     else:
@@ -93,7 +117,7 @@ class SqliteJournal:
                         self._heads[saga_id] = (entry.seq, entry.hash)
                         return entry
                 entry = self._append_locked(
-                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq
+                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
                 )
             except sqlite3.Error as error:
                 self._heads.pop(saga_id, None)
@@ -112,15 +136,22 @@ class SqliteJournal:
         ref_seq: int | None,
         payload: JsonValue,
         expected_seq: int | None,
+        fence: SagaLease | None,
     ) -> JournalEntry:
         """Read the head and append after it in one `BEGIN IMMEDIATE` transaction.
 
         Raises:
             AppendConflictError: The head is not `expected_seq`; nothing was written.
+            LeaseLostError: `fence` no longer holds the saga; nothing was written.
         """
         cursor = self._cursor
         cursor.execute("BEGIN IMMEDIATE")
         try:
+            if fence is not None:
+                held = cursor.execute(_TOKEN, (saga_id,)).fetchone()
+                if held is None or held[0] != fence.token:
+                    cursor.execute("ROLLBACK")
+                    raise lost(fence)
             found = cursor.execute(_HEAD, (saga_id,)).fetchone()
             last, prev_hash = (found[0], found[1]) if found else (0, GENESIS_HASH)
             if expected_seq is not None and last != expected_seq:
@@ -145,6 +176,55 @@ class SqliteJournal:
                 cursor.execute("ROLLBACK")
             raise
         return entry
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+        with self._lock:
+            try:
+                granted = self._cursor.execute(
+                    _ACQUIRE, (saga_id, owner, lease_time(expires_at), lease_time(now))
+                ).fetchall()
+                held = None if granted else self._cursor.execute(_HOLDER, (saga_id,)).fetchone()
+            except sqlite3.Error as error:
+                raise JournalError(
+                    f"saga {saga_id!r}: cannot take its lease in {self.path!r}: {error}"
+                ) from error
+        if held is not None:
+            raise busy(
+                SagaLease(
+                    saga_id=saga_id,
+                    owner=held[0],
+                    token=held[1],
+                    expires_at=datetime.datetime.fromisoformat(held[2]),
+                )
+            )
+        return SagaLease(saga_id=saga_id, owner=owner, token=granted[0][0], expires_at=expires_at)
+
+    def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
+        """Move the lease's expiry; `LeaseLostError` if it was taken over."""
+        if not self._set_expiry(lease, expires_at):
+            raise lost(lease)
+        return SagaLease(
+            saga_id=lease.saga_id, owner=lease.owner, token=lease.token, expires_at=expires_at
+        )
+
+    def release_lease(self, lease: SagaLease) -> None:
+        """Free the saga, unless the lease was taken over."""
+        self._set_expiry(lease, RELEASED)
+
+    def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
+        with self._lock:
+            try:
+                self._cursor.execute(
+                    _SET_EXPIRY, (lease_time(expires_at), lease.saga_id, lease.token)
+                )
+            except sqlite3.Error as error:
+                raise JournalError(
+                    f"saga {lease.saga_id!r}: cannot update its lease in {self.path!r}: {error}"
+                ) from error
+            return self._cursor.rowcount == 1
 
     def _remember(self, saga_id: str, seq: int, hash: str) -> None:
         """Record a saga's head (under the lock), forgetting them all when there are many."""

@@ -378,4 +378,5 @@ class _Tables:
         self.prefix = prefix
         self.journal = prefix + "sagacity_journal"
         self.approval = prefix + "sagacity_approval_request"
+        self.lease = prefix + "sagacity_lease"
         self.qualifier = schema or ""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import threading
 import time
 
@@ -49,9 +50,10 @@ from sagacity.journal._entry import (
     seal,
     utc_timestamp,
 )
+from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
-from sagacity.journal.postgres._schema import LOCK_CLASS, advisory_key
+from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
 
 __all__ = ["AppendStats", "PostgresJournal"]
 
@@ -111,6 +113,7 @@ class _Append:
         "_pieces",
         "call_id",
         "expected_seq",
+        "fence",
         "in_doubt",
         "locked_sent",
         "payload",
@@ -131,8 +134,11 @@ class _Append:
         ref_seq: int | None,
         payload: JsonValue,
         expected_seq: int | None,
+        fence: SagaLease | None,
     ) -> None:
         self.saga_id = saga_id
+        self.fence = fence
+        """The lease whose token must still hold the saga when the entry is written."""
         self.phase = phase
         self.tool_name = tool_name
         self.call_id = call_id
@@ -219,10 +225,30 @@ class PostgresJournal:
             f"INSERT INTO {table} ({_COLUMNS}) VALUES "
             "(%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s)"
         ).encode()
+        leases = self._db.tables.lease
+        # Written only while the lease holds; FOR SHARE keeps a takeover waiting until the
+        # entry commits, so that the new holder reads it.
+        self._sql_insert_fenced = (
+            f"INSERT INTO {table} ({_COLUMNS}) SELECT "
+            "%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s "
+            f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
+            "FOR SHARE)"
+        ).encode()
+        self._sql_token = f"SELECT token FROM {leases} WHERE saga_id = %s"
+        self._sql_acquire = (
+            f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at) "
+            "VALUES (%s, %s, 1, %s) ON CONFLICT (saga_id) DO UPDATE SET "
+            "owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at "
+            "WHERE l.expires_at <= %s RETURNING token"
+        )
+        self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
+        self._sql_set_expiry = (
+            f"UPDATE {leases} SET expires_at = %s WHERE saga_id = %s AND token = %s::bigint"
+        )
         function = self._db.tables.prefix + "sagacity_append_locked"
         self._sql_append_locked = (
             f"SELECT seq, prev_hash, hash, lost FROM {function}"
-            "(%s::integer, %s, %s, %s, %s, %s::bigint, %s, %s, %s, %s, %s, %s)"
+            "(%s::integer, %s, %s, %s, %s, %s::bigint, %s, %s, %s, %s, %s, %s, %s::bigint)"
         ).encode()
         self._sql_hash_at = f"SELECT hash FROM {table} WHERE saga_id = %s AND seq = %s::bigint"
         self._sql_head = (
@@ -269,12 +295,14 @@ class PostgresJournal:
         ref_seq: int | None = None,
         payload: JsonValue = None,
         expected_seq: int | None = None,
+        fence: SagaLease | None = None,
     ) -> JournalEntry:
         """Append an entry and commit it durably (see `SideEffectJournal.append`).
 
         Raises:
             AppendConflictError: `expected_seq` was given and is not the saga's last
                 seq; nothing was written.
+            LeaseLostError: `fence` no longer holds the saga; nothing was written.
             JournalError: The entry could not be committed (the message says whether it
                 was surely not written, or may have been); it is never silently dropped.
         """
@@ -283,21 +311,14 @@ class PostgresJournal:
                 f"saga {saga_id!r}: cannot append {phase.value}: the journal is closed; "
                 "open a new one"
             )
-        return self._append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq)
+        return self._append(
+            _Append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        )
 
-    def _append(
-        self,
-        saga_id: str,
-        phase: Phase,
-        tool_name: str | None,
-        call_id: str | None,
-        ref_seq: int | None,
-        payload: JsonValue,
-        expected_seq: int | None,
-    ) -> JournalEntry:
+    def _append(self, append: _Append) -> JournalEntry:
         db = self._db
+        saga_id = append.saga_id
         deadline = time.monotonic() + db.settings.timeout
-        append = _Append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq)
         attempts = 0
         while True:
             attempts += 1
@@ -308,6 +329,9 @@ class PostgresJournal:
                 finally:
                     db.checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                if isinstance(error, psycopg.Error) and error.sqlstate == LEASE_LOST:
+                    assert append.fence is not None  # only a fenced append is refused so
+                    raise lost(append.fence) from None  # on the locked path: nothing written
                 if append.sent is not None:
                     append.in_doubt = append.in_doubt or is_transient(error)
                     if not append.in_doubt:
@@ -326,8 +350,12 @@ class PostgresJournal:
         saga_id = append.saga_id
         if append.sent is not None and append.in_doubt:
             entry = append.sent[0]
-            if self._insert(lease, *append.sent) or self._hash_at(lease, entry) == entry.hash:
+            written = self._insert(lease, append, refused_if_gone=False)
+            if written or self._hash_at(lease, entry) == entry.hash:
                 return self._done(entry, fast=True)
+            if written is None:
+                assert append.fence is not None
+                raise lost(append.fence)  # the lost try did not write it, and now cannot
             append.sent, append.in_doubt = None, False  # another entry holds the seq
             if append.expected_seq is not None:
                 raise self._refused(lease, append.saga_id, append.expected_seq)
@@ -343,7 +371,7 @@ class PostgresJournal:
         # that try wrote the entry.
         if head is not None and quiet and not append.locked_sent:
             append.sent = append.seal_after(*seen)
-            if self._insert(lease, *append.sent):
+            if self._insert(lease, append):
                 return self._done(append.sent[0], fast=True)
             append.sent = None
             self._conflict(append)
@@ -369,7 +397,7 @@ class PostgresJournal:
             if found != expected:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
-        if self._insert(lease, *append.sent):
+        if self._insert(lease, append):
             return self._done(append.sent[0], fast=True)
         append.sent = None
         raise self._refused(lease, saga_id, expected)
@@ -412,6 +440,7 @@ class PostgresJournal:
                 before_seq,
                 after_seq,
                 find_own,
+                None if append.fence is None else append.fence.token,
             ),
         ).fetchone()
         append.locked_sent = False
@@ -469,18 +498,85 @@ class PostgresJournal:
         """
         return LOCK_CLASS, self._lock_key(saga_id)
 
-    def _insert(self, lease: Lease, entry: JournalEntry, payload_bytes: bytes) -> bool:
-        """Insert `entry`, committing it; False when its seq was taken.
+    def _insert(
+        self, lease: Lease, append: _Append, *, refused_if_gone: bool = True
+    ) -> bool | None:
+        """Insert the entry last sealed, committing it; False when its seq was taken.
 
         A plain INSERT, not `ON CONFLICT DO NOTHING`: speculative insertion costs the
         server an extra index probe and WAL record on every append, to spare an error
-        only in the rare case of a conflict.
+        only in the rare case of a conflict. A fenced append whose lease no longer holds
+        writes nothing: `LeaseLostError`, or None when `refused_if_gone` is false.
         """
+        assert append.sent is not None
+        row = row_of(*append.sent)
+        fence = append.fence
         try:
-            lease.cursor.execute(self._sql_insert, row_of(entry, payload_bytes))
+            if fence is None:
+                lease.cursor.execute(self._sql_insert, row)
+                return True
+            lease.cursor.execute(self._sql_insert_fenced, (*row, append.saga_id, fence.token))
         except psycopg.errors.UniqueViolation:
             return False
-        return True
+        if lease.cursor.rowcount == 1:
+            return True
+        if refused_if_gone:
+            raise lost(fence)
+        return None
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def acquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+
+        def acquire(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...] | None:
+            with conn.transaction():
+                granted = conn.execute(
+                    self._sql_acquire, (saga_id, owner, expires_at, now)
+                ).fetchone()
+                if granted is not None:
+                    return (owner, granted[0], expires_at)
+                # Held: by another worker, or by this one when the reply of a try that
+                # took it was lost (its owner and expiry are this acquisition's own).
+                return conn.execute(self._sql_holder, (saga_id,)).fetchone()
+
+        row = self._db.run(
+            lambda: f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}",
+            acquire,
+        )
+        assert row is not None  # granted, or a row holds the saga
+        held = SagaLease(
+            saga_id=saga_id,
+            owner=str(row[0]),
+            token=int(str(row[1])),
+            expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
+        )
+        if held.owner != owner or held.expires_at != expires_at:
+            raise busy(held)
+        return held
+
+    def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
+        """Move the lease's expiry; `LeaseLostError` if it was taken over."""
+        if not self._set_expiry(lease, expires_at):
+            raise lost(lease)
+        return dataclasses.replace(lease, expires_at=expires_at)
+
+    def release_lease(self, lease: SagaLease) -> None:
+        """Free the saga, unless the lease was taken over."""
+        self._set_expiry(lease, RELEASED)
+
+    def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
+        return self._db.run(
+            lambda: f"saga {lease.saga_id!r}: cannot update its lease in {self._db.settings.where}",
+            lambda conn: (
+                conn.execute(
+                    self._sql_set_expiry, (expires_at, lease.saga_id, lease.token)
+                ).rowcount
+                == 1
+            ),
+        )
 
     def _hash_at(self, lease: Lease, entry: JournalEntry) -> str | None:
         """The hash of the row at `entry`'s seq, if there is one."""

@@ -9,10 +9,14 @@ import psycopg
 
 from sagacity.errors import JournalError, SchemaVersionError
 
-__all__ = ["LOCK_CLASS", "SCHEMA_VERSION", "advisory_key", "ensure_schema"]
+__all__ = ["LEASE_LOST", "LOCK_CLASS", "SCHEMA_VERSION", "advisory_key", "ensure_schema"]
 
-SCHEMA_VERSION = 1
-"""The schema version this code writes and reads."""
+SCHEMA_VERSION = 2
+"""The schema version this code writes and reads. 1: journal and approval requests;
+2: saga leases, and appends fenced by them (a version 1 schema is upgraded in place)."""
+
+LEASE_LOST = "SG001"
+"""The SQLSTATE the locked path raises for an append whose lease was taken over."""
 
 LOCK_CLASS = int.from_bytes(b"saga", "big")
 """The first key of every advisory lock sagacity takes (the second names the saga)."""
@@ -78,15 +82,57 @@ _SCHEMA_V1 = [
     # With p_find_own, an entry identical to this one (an earlier try whose reply was
     # lost) is returned instead of being written twice.
     """
-    CREATE FUNCTION {s}sagacity_append_locked(
+    CREATE TABLE {s}sagacity_approval_request (
+        request_id   text COLLATE "C" PRIMARY KEY,
+        saga_id      text COLLATE "C" NOT NULL,
+        seq          bigint NOT NULL,
+        call_id      text   NOT NULL,
+        tool_name    text   NOT NULL,
+        input        text   NOT NULL,
+        input_sha256 text   NOT NULL,
+        reason       text   NOT NULL,
+        requested_at timestamptz NOT NULL,
+        expires_at   timestamptz
+    )
+    """,
+    """
+    CREATE INDEX sagacity_approval_request_saga
+        ON {s}sagacity_approval_request (saga_id, requested_at, seq)
+    """,
+]
+
+
+_SCHEMA_V2 = [
+    """
+    CREATE TABLE IF NOT EXISTS {s}sagacity_lease (
+        saga_id    text COLLATE "C" PRIMARY KEY,
+        owner      text   NOT NULL,
+        token      bigint NOT NULL,
+        expires_at timestamptz NOT NULL
+    )
+    """,
+    "DROP FUNCTION IF EXISTS {s}sagacity_append_locked("
+    "integer, text, text, text, text, bigint, text, text, bytea, bytea, bytea, boolean)",
+    """
+    CREATE OR REPLACE FUNCTION {s}sagacity_append_locked(
         p_lock_key integer, p_saga_id text, p_phase text, p_tool_name text, p_call_id text,
         p_ref_seq bigint, p_payload text, p_recorded_at text,
         p_before_prev bytea, p_before_seq bytea, p_after_seq bytea, p_find_own boolean,
+        p_fence bigint,
         OUT seq bigint, OUT prev_hash text, OUT hash text, OUT lost integer)
     LANGUAGE plpgsql AS $$
     BEGIN
         PERFORM pg_advisory_xact_lock({lock_class}, p_lock_key);
         lost := 0;
+        -- A holder taken over writes nothing; FOR SHARE keeps a takeover waiting until
+        -- this append commits, so that the new holder reads it.
+        IF p_fence IS NOT NULL AND NOT EXISTS (
+            SELECT 1 FROM {s}sagacity_lease l
+            WHERE l.saga_id = p_saga_id AND l.token = p_fence FOR SHARE
+        ) THEN
+            RAISE EXCEPTION 'saga %: lease token % no longer holds the saga', p_saga_id, p_fence
+                USING ERRCODE = 'SG001';
+        END IF;
         IF p_find_own THEN
             SELECT j.seq, j.prev_hash, j.hash INTO seq, prev_hash, hash
             FROM {s}sagacity_journal j
@@ -125,25 +171,8 @@ _SCHEMA_V1 = [
     END
     $$
     """,
-    """
-    CREATE TABLE {s}sagacity_approval_request (
-        request_id   text COLLATE "C" PRIMARY KEY,
-        saga_id      text COLLATE "C" NOT NULL,
-        seq          bigint NOT NULL,
-        call_id      text   NOT NULL,
-        tool_name    text   NOT NULL,
-        input        text   NOT NULL,
-        input_sha256 text   NOT NULL,
-        reason       text   NOT NULL,
-        requested_at timestamptz NOT NULL,
-        expires_at   timestamptz
-    )
-    """,
-    """
-    CREATE INDEX sagacity_approval_request_saga
-        ON {s}sagacity_approval_request (saga_id, requested_at, seq)
-    """,
 ]
+"""What version 2 adds to version 1: the lease table, and the fenced locked path."""
 
 
 def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) -> None:
@@ -173,9 +202,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
             conn.execute(f"CREATE SCHEMA {prefix[:-1]}", prepare=False)
         meta = prefix + "sagacity_meta"
         if _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None:
-            for statement in _SCHEMA_V1:
-                sql = statement.format(s=prefix, lock_class=LOCK_CLASS)
-                conn.execute(sql.encode(), prepare=False)
+            _run(conn, [*_SCHEMA_V1, *_SCHEMA_V2], prefix)
             conn.execute(
                 f"INSERT INTO {meta} (key, value) VALUES ('schema_version', %s)",
                 (str(SCHEMA_VERSION),),
@@ -188,6 +215,19 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
                 f"{where} has sagacity schema version {found}, but this sagacity knows only "
                 f"up to {SCHEMA_VERSION}; upgrade sagacity to open it"
             )
+        if int(str(found)) == 1:
+            _run(conn, _SCHEMA_V2, prefix)
+            conn.execute(
+                f"UPDATE {meta} SET value = %s WHERE key = 'schema_version'",
+                (str(SCHEMA_VERSION),),
+                prepare=False,
+            )
+
+
+def _run(conn: psycopg.Connection[Any], statements: list[str], prefix: str) -> None:
+    for statement in statements:
+        sql = statement.format(s=prefix, lock_class=LOCK_CLASS)
+        conn.execute(sql.encode(), prepare=False)
 
 
 def _scalar(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...] = ()) -> Any:

@@ -1,0 +1,58 @@
+"""Saga leases: one worker at a time runs, resumes, compensates or resolves a saga.
+
+A lease is a row per saga in the journal's own database: who holds it, until when, and
+a fencing token that grows by one at every acquisition. Every append its holder makes
+names the token, and the journal writes the entry only while the token is still the
+saga's, in the same statement: a holder that stalled past its expiry and was taken
+over cannot write behind the new holder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from sagacity.errors import LeaseLostError, SagaBusyError
+
+__all__ = ["RELEASED", "SagaLease", "busy", "lease_time", "lost"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class SagaLease:
+    """One worker's hold on a saga."""
+
+    saga_id: str
+    """The saga held."""
+    owner: str
+    """Who holds it: host, process and a random part, for the messages of others."""
+    token: int
+    """The fencing token: appends made under the lease are written only while it holds."""
+    expires_at: datetime.datetime
+    """When another worker may take the saga over, unless the lease is renewed."""
+
+
+RELEASED = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+"""The expiry a released lease is given: any worker may take it at once."""
+
+
+def lease_time(moment: datetime.datetime) -> str:
+    """A lease time as stored in SQLite: UTC, six fraction digits, `Z`; sorts as it compares."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def busy(held: SagaLease) -> SagaBusyError:
+    """The refusal of a lease another worker holds."""
+    return SagaBusyError(
+        f"saga {held.saga_id!r} is held by {held.owner} until {held.expires_at.isoformat()}: "
+        "another worker is running, resuming or compensating it; try again once it is "
+        "done, or after that time if the worker died"
+    )
+
+
+def lost(lease: SagaLease) -> LeaseLostError:
+    """The refusal of an append or a renewal by a holder that was taken over."""
+    return LeaseLostError(
+        f"saga {lease.saga_id!r}: the lease of {lease.owner} (token {lease.token}) was taken "
+        "over by another worker after it expired; nothing was written, and this worker "
+        "must leave the saga to the new holder"
+    )

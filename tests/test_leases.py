@@ -1,0 +1,330 @@
+"""One worker per saga: leases in the journal's database, renewed, taken over, fenced.
+
+The journal-level tests run on every backend; the process tests run real workers on
+SQLite and PostgreSQL and kill or stop them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sagacity import (
+    ConfigurationError,
+    LeaseLostError,
+    Phase,
+    SagaBusyError,
+    Sagacity,
+    SagaOutcome,
+)
+from sagacity.journal import SagaLease, SideEffectJournal
+from sagacity.testing import FakeClock
+from tests._shop import Shop, tools_of
+from tests.processes._lease_child import Ledger
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
+MINUTE = datetime.timedelta(minutes=1)
+
+
+def take(journal: SideEffectJournal, owner: str, now: datetime.datetime) -> SagaLease:
+    return journal.acquire_lease("s", owner, now=now, expires_at=now + MINUTE)
+
+
+class TestJournalLeases:
+    def test_a_held_lease_refuses_another_worker(self, sagacity: Sagacity) -> None:
+        """While a lease runs, another worker is refused, naming the holder and the time."""
+        journal = sagacity.journal
+        lease = take(journal, "worker-a", T0)
+        assert (lease.saga_id, lease.owner, lease.token) == ("s", "worker-a", 1)
+        with pytest.raises(SagaBusyError, match="is held by worker-a until 2026-12-01T09:01"):
+            take(journal, "worker-b", T0 + MINUTE / 2)
+
+    def test_an_expired_lease_is_taken_over_with_a_greater_token(self, sagacity: Sagacity) -> None:
+        """After its expiry a lease goes to the next worker, with the next token."""
+        journal = sagacity.journal
+        first = take(journal, "worker-a", T0)
+        second = take(journal, "worker-b", T0 + MINUTE)
+        assert (second.owner, second.token) == ("worker-b", first.token + 1)
+
+    def test_a_released_lease_is_free_at_once(self, sagacity: Sagacity) -> None:
+        """A released lease can be taken before its expiry; tokens still grow."""
+        journal = sagacity.journal
+        first = take(journal, "worker-a", T0)
+        journal.release_lease(first)
+        assert take(journal, "worker-b", T0).token == 2
+
+    def test_a_taken_over_holder_appends_nothing(self, sagacity: Sagacity) -> None:
+        """A holder whose lease was taken over is fenced: its appends and renewals fail.
+
+        The new holder's appends are written; unfenced appends are not affected.
+        """
+        journal = sagacity.journal
+        old = take(journal, "worker-a", T0)
+        journal.append("s", Phase.INTENT, tool_name="t", call_id="t#1", fence=old)
+        new = take(journal, "worker-b", T0 + 2 * MINUTE)
+
+        with pytest.raises(LeaseLostError, match="taken over"):
+            journal.append("s", Phase.INTENT, tool_name="t", call_id="t#2", fence=old)
+        with pytest.raises(LeaseLostError):
+            journal.renew_lease(old, expires_at=T0 + 3 * MINUTE)
+        journal.release_lease(old)  # leaves the new holder's lease alone
+        journal.append("s", Phase.INTENT, tool_name="t", call_id="t#3", fence=new)
+        journal.append("s", Phase.APPROVED, call_id="t#3")
+        assert [e.call_id for e in journal.entries("s")] == ["t#1", "t#3", "t#3"]
+        with pytest.raises(SagaBusyError):
+            take(journal, "worker-c", T0 + 2 * MINUTE)
+
+    def test_a_fenced_append_from_a_fresh_journal_is_refused_too(
+        self, shared_store_url: str
+    ) -> None:
+        """A journal that never saw the saga appends on its locked path: fenced there too."""
+        store_url = shared_store_url
+        writer, other = Sagacity.from_url(store_url), Sagacity.from_url(store_url)
+        try:
+            old = take(writer.journal, "worker-a", T0)
+            take(other.journal, "worker-b", T0 + 2 * MINUTE)
+            fresh = Sagacity.from_url(store_url)
+            with pytest.raises(LeaseLostError):
+                fresh.journal.append("s", Phase.INTENT, call_id="x", fence=old)
+            assert fresh.journal.entries("s") == []
+            fresh.close()
+        finally:
+            writer.close()
+            other.close()
+
+    def test_renewal_moves_the_expiry(self, sagacity: Sagacity) -> None:
+        """A renewed lease holds past its first expiry."""
+        journal = sagacity.journal
+        lease = journal.renew_lease(take(journal, "worker-a", T0), expires_at=T0 + 5 * MINUTE)
+        assert lease.expires_at == T0 + 5 * MINUTE
+        with pytest.raises(SagaBusyError):
+            take(journal, "worker-b", T0 + 2 * MINUTE)
+
+
+class TestSagaLeases:
+    def test_the_lease_is_released_when_the_saga_returns(self, store_url: str) -> None:
+        """After a run, compensating or resuming the saga elsewhere is not refused as busy."""
+        sagacity = Sagacity.from_url(store_url)
+        tools = tools_of(sagacity, Shop())
+        sagacity.saga("s", lambda: tools["send_wire_transfer"]("1", "x"))
+        assert sagacity.compensate("s").outcome is SagaOutcome.COMPENSATED
+        sagacity.close()
+
+    def test_a_worker_taken_over_mid_run_neither_writes_nor_compensates(
+        self, shared_store_url: str
+    ) -> None:
+        """A worker that stalled past its lease is fenced out when it wakes.
+
+        The new holder compensates the saga; the stale worker's next call is refused
+        before it runs, and its run raises LeaseLostError without a walk or an ENDED.
+        """
+        clock = FakeClock(T0)
+        stale = Sagacity.from_url(shared_store_url, clock=clock, lease_ttl=60)
+        new = Sagacity.from_url(shared_store_url, clock=clock, lease_ttl=60)
+        shop, other_shop = Shop(), Shop()
+        tools = tools_of(stale, shop)
+        tools_of(new, other_shop)
+
+        def work() -> None:
+            tools["reserve_inventory"]("SKU-1")
+            clock.advance(seconds=120)  # the worker stalls past its lease
+            taker = threading.Thread(target=new.compensate, args=("s",))
+            taker.start()
+            taker.join()
+            tools["charge_card"]("5.00", "4242")
+
+        try:
+            with pytest.raises(LeaseLostError):
+                stale.saga("s", work)
+            assert shop.calls["charge_card"] == 0
+            assert other_shop.log == ["release res-SKU-1-1"]
+            assert [(e.phase.value, e.tool_name) for e in new.history("s")][-3:] == [
+                ("COMPENSATING", "reserve_inventory"),
+                ("COMPENSATED", "reserve_inventory"),
+                ("ENDED", None),
+            ]
+            assert shop.log == ["reserve SKU-1"]  # the stale worker undid nothing
+        finally:
+            stale.close()
+            new.close()
+
+    def test_waiting_for_a_busy_saga(self, shared_store_url: str) -> None:
+        """With `lease_wait`, a worker waits for the holder instead of being refused."""
+        holder = Sagacity.from_url(shared_store_url)
+        waiter = Sagacity.from_url(shared_store_url, lease_wait=10)
+        tools = tools_of(holder, Shop(ship_fails=True))
+        tools_of(waiter, Shop())
+        started, results = threading.Event(), []
+
+        def work() -> None:
+            tools["reserve_inventory"]("SKU-1")
+            started.set()
+            time.sleep(0.3)
+            tools["ship"]("o-1")
+
+        def compensate_when_free() -> None:
+            started.wait()
+            results.append(waiter.compensate("s").outcome)
+
+        other = threading.Thread(target=compensate_when_free)
+        other.start()
+        try:
+            assert holder.saga("s", work).outcome is SagaOutcome.COMPENSATED
+            other.join(timeout=30)
+            assert results == [SagaOutcome.COMPENSATED]  # the walk found nothing left
+            assert [e.phase for e in holder.history("s")].count(Phase.ENDED) == 1
+        finally:
+            holder.close()
+            waiter.close()
+
+    @pytest.mark.parametrize(("options"), [{"lease_ttl": 0}, {"lease_wait": -1}])
+    def test_bad_lease_options_are_refused(self, options: dict[str, float]) -> None:
+        """A lease that never lasts, or a negative wait, is a configuration error."""
+        with pytest.raises(ConfigurationError, match="lease_ttl"):
+            Sagacity.from_url("memory://", **options)
+
+
+def child(command: str, url: str, ledger: Path, saga: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.processes._lease_child", command, url, str(ledger), saga],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    out, errors = process.communicate(timeout=120)
+    assert process.returncode == 0, errors
+    return out.strip().splitlines()[-1]
+
+
+def lines(ledger: Path) -> list[str]:
+    if not ledger.exists():
+        return []
+    return [line.split(" ", 1)[1] for line in ledger.read_text().splitlines()]
+
+
+@pytest.mark.slow
+class TestWorkerProcesses:
+    def test_four_processes_compensating_one_saga_undo_each_call_once(
+        self, shared_store_url: str, tmp_path: Path
+    ) -> None:
+        """4 processes run `compensate()` on one saga: each undo runs once, one ENDED."""
+        ledger = tmp_path / "ledger"
+        first = child("run", shared_store_url, ledger, "s")
+        assert finish(first) == "COMPLETED"
+        sagacity = Sagacity.from_url(shared_store_url)
+        # A later failure of the same saga, as a crashed run would leave it.
+        sagacity.journal.append("s", Phase.INTENT, tool_name="charge", call_id="c", payload={})
+        sagacity.journal.append(
+            "s", Phase.FAILED, tool_name="charge", call_id="c", ref_seq=4,
+            payload={"kind": "failure", "error": {"type": "E", "message": "x"}},
+        )  # fmt: skip
+        workers = [child("compensate", shared_store_url, ledger, "s") for _ in range(4)]
+        outcomes = [finish(worker) for worker in workers]
+        try:
+            assert outcomes == ["COMPENSATED"] * 4
+            assert lines(ledger) == ["reserve SKU-1", "release res-SKU-1"]
+            ends = [e for e in sagacity.history("s") if e.phase is Phase.ENDED]
+            assert [e.payload["outcome"] for e in ends] == ["COMPLETED", "COMPENSATED"]
+        finally:
+            sagacity.close()
+
+    def test_two_workers_racing_one_saga_run_its_work_once(
+        self, shared_store_url: str, tmp_path: Path
+    ) -> None:
+        """Two processes start the same saga at once: its work runs once."""
+        ledger = tmp_path / "ledger"
+        racers = [child("run", shared_store_url, ledger, "race") for _ in range(2)]
+        outcomes = [finish(racer) for racer in racers]
+        assert outcomes.count("COMPLETED") == 1
+        # The other was refused as busy, or came after the end and found the saga used.
+        assert {*outcomes} - {"COMPLETED"} <= {"SagaBusyError", "SagaStateError"}
+        assert lines(ledger) == ["reserve SKU-1"]
+
+    def test_a_killed_holder_is_taken_over_after_its_lease(
+        self, shared_store_url: str, tmp_path: Path
+    ) -> None:
+        """SIGKILL inside a call: the saga is busy until the lease expires, then recoverable.
+
+        The new holder sees everything the dead one journaled: the done call is undone,
+        the killed one is in doubt.
+        """
+        ledger = tmp_path / "ledger"
+        holder = child("hang", shared_store_url, ledger, "k")
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "inside charge"
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate(timeout=30)  # reaped, its pipes closed
+        sagacity = Sagacity.from_url(shared_store_url, lease_ttl=1.0)
+        sagacity.wrap(Ledger(ledger))
+        with pytest.raises(SagaBusyError):  # the dead worker's lease still runs
+            sagacity.compensate("k")
+        time.sleep(1.2)
+        result = sagacity.compensate("k")
+        try:
+            assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+            assert result.compensation is not None
+            assert [ref.tool_name for ref in result.compensation.in_doubt] == ["charge_slowly"]
+            assert lines(ledger) == ["reserve SKU-1", "charge 9.99", "release res-SKU-1"]
+        finally:
+            sagacity.close()
+
+    def test_a_stopped_holder_is_fenced_when_it_wakes(
+        self, shared_store_url: str, tmp_path: Path
+    ) -> None:
+        """SIGSTOP past the lease, a takeover, then SIGCONT: the woken worker writes nothing.
+
+        Its next call is refused before it runs, and it ends with LeaseLostError.
+        """
+        ledger = tmp_path / "ledger"
+        holder = child("stall", shared_store_url, ledger, "p")
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "reserved"
+        holder.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(1.5)
+            taker = child("compensate", shared_store_url, ledger, "p")
+            assert finish(taker) == "COMPENSATED"
+        finally:
+            holder.send_signal(signal.SIGCONT)
+        assert finish(holder) == "LeaseLostError"
+        sagacity = Sagacity.from_url(shared_store_url)
+        try:
+            assert lines(ledger) == ["reserve SKU-1", "release res-SKU-1"]
+            assert [e.tool_name for e in sagacity.history("p") if e.phase is Phase.INTENT] == [
+                "reserve"
+            ]
+        finally:
+            sagacity.close()
+
+
+class TestSchemaUpgrade:
+    def test_a_version_1_sqlite_file_gains_leases(self, tmp_path: Path) -> None:
+        """A file written before leases existed is upgraded in place to version 2."""
+        database = tmp_path / "old.db"
+        with contextlib.closing(sqlite3.connect(database)) as conn, conn:
+            conn.execute("CREATE TABLE sagacity_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute("INSERT INTO sagacity_meta VALUES ('schema_version', '1')")
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        tools = tools_of(sagacity, Shop())
+        assert (
+            sagacity.saga("s", lambda: tools["reserve_inventory"]("SKU-1")).value == "res-SKU-1-1"
+        )
+        sagacity.close()
+        with contextlib.closing(sqlite3.connect(database)) as conn:
+            version = conn.execute("SELECT value FROM sagacity_meta").fetchone()
+            leases = conn.execute("SELECT saga_id, token FROM sagacity_lease").fetchall()
+        assert (version, leases) == (("2",), [("s", 1)])
