@@ -34,7 +34,7 @@ class TestDemo:
         assert out.index("refunded ch_1M2n3") < out.index("released res-8891")
         assert "outcome: AWAITING_APPROVAL" in out
         assert out.count("wired 12500.00 EUR") == 1
-        assert "verify: 2 sagas, 14 entries, chain intact" in out
+        assert "verify: 2 sagas, 16 entries, chain intact" in out
 
         sagacity = Sagacity.from_url(f"sqlite:///{database}")
         try:
@@ -42,8 +42,10 @@ class TestDemo:
             wire = [e.phase for e in sagacity.journal.entries("wire-1002")]
         finally:
             sagacity.close()
-        assert order[-3:] == [
+        assert order[-5:] == [
+            (Phase.COMPENSATING, "charge_card"),
             (Phase.COMPENSATED, "charge_card"),
+            (Phase.COMPENSATING, "reserve_inventory"),
             (Phase.COMPENSATED, "reserve_inventory"),
             (Phase.ENDED, None),
         ]
@@ -74,7 +76,7 @@ class TestInspection:
         """`verify` exits 0 on the demo journal, 1 naming saga and seq once a row is edited."""
         ok = run_cli("verify", "--database", demo_db)
         assert ok.returncode == 0
-        assert "2 sagas, 14 entries: OK" in ok.stdout
+        assert "2 sagas, 16 entries: OK" in ok.stdout
 
         import sqlite3
 
@@ -127,7 +129,7 @@ class TestInspection:
         done = run_cli("export", "--database", demo_db, "--output", str(out))
         assert done.returncode == 0, done.stderr
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert len(rows) == 14
+        assert len(rows) == 16
         assert [r["seq"] for r in rows if r["saga_id"] == "wire-1002"] == [1, 2, 3, 4, 5]
         assert all(len(r["hash"]) == 64 for r in rows)
 
@@ -143,7 +145,7 @@ class TestInspection:
         shown = run_cli("show", "order-1001", "--database", demo_db)
         assert shown.stdout.splitlines()[0].split() == ["seq", "phase", "tool", "call", "id",
                                                          "ref", "hash"]  # fmt: skip
-        assert "COMPENSATED  charge_card" in shown.stdout
+        assert "COMPENSATING  charge_card" in shown.stdout
         assert run_cli("sagas", "--database", demo_db).stdout.splitlines() == [
             "saga        state",
             "order-1001  COMPENSATED",

@@ -58,7 +58,7 @@ class TestSagaOutcomes:
         assert [e.seq for e in entries] == [1, 2, 3, 4, 5]
 
     def test_compensated_saga_journal(self, sagacity: Sagacity) -> None:
-        """A failed call journals FAILED, then COMPENSATED entries newest first, then ENDED."""
+        """FAILED, then each undo's COMPENSATING and COMPENSATED, newest first, then ENDED."""
         shop = Shop(ship_fails=True)
         tools = tools_of(sagacity, shop)
 
@@ -79,7 +79,9 @@ class TestSagaOutcomes:
             ("EXECUTED", "charge_card", 3),
             ("INTENT", "ship", None),
             ("FAILED", "ship", 5),
+            ("COMPENSATING", "charge_card", 4),
             ("COMPENSATED", "charge_card", 4),
+            ("COMPENSATING", "reserve_inventory", 2),
             ("COMPENSATED", "reserve_inventory", 2),
             ("ENDED", None, None),
         ]
@@ -441,8 +443,10 @@ class TestAsaga:
         result = await sagacity.asaga("s", work)
         assert result.outcome is SagaOutcome.COMPENSATED
         assert log == ["book 101", "book 102", "cancel bk-102", "cancel bk-101"]
-        assert phases(sagacity.history("s"))[-3:] == [
+        assert phases(sagacity.history("s"))[-5:] == [
+            ("COMPENSATING", "book", 4),
             ("COMPENSATED", "book", 4),
+            ("COMPENSATING", "book", 2),
             ("COMPENSATED", "book", 2),
             ("ENDED", None, None),
         ]

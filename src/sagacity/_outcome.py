@@ -1,7 +1,8 @@
 """How a saga ended: its outcome, its ENDED entry and the `SagaResult` that reports it.
 
 One place decides the outcome from the journal and writes it, for `saga`, `resume_saga`,
-`compensate` and `reject` alike.
+`compensate` and `reject` alike: when a run's work returns or raises, `SagaEnding.finish`
+compensates, reports a refusal, leaves the saga waiting or suspended, or completes it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,28 @@ from typing import Any
 
 from sagacity._classify import error_json
 from sagacity._history import SagaHistory
+from sagacity._scope import SagaScope
 from sagacity.approval import ApprovalLifecycle, ApprovalRequest
-from sagacity.compensation import CompensationReport
-from sagacity.errors import AppendConflictError, JournalError, SagaStateError
+from sagacity.compensation import CompensationReport, CompensationRunner
+from sagacity.errors import (
+    AppendConflictError,
+    ApprovalError,
+    InDoubtError,
+    JournalError,
+    LeaseLostError,
+    ReplayMismatchError,
+    SagacityError,
+    SagaStateError,
+)
 from sagacity.journal import Phase, SideEffectJournal
 
 __all__ = ["SagaEnding", "SagaOutcome", "SagaResult"]
 
 _END_RETRIES = 8
 """How often an ENDED entry is tried again after another writer appended first."""
+
+_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
+"""Raised before a call ran: the saga stays open instead of failing."""
 
 
 class SagaOutcome(enum.Enum):
@@ -80,11 +94,71 @@ def outcome_of(report: CompensationReport) -> SagaOutcome:
 
 
 class SagaEnding:
-    """Writes a saga's ENDED entry and reports its result."""
+    """Decides how a run ended, writes the saga's ENDED entry and reports its result."""
 
-    def __init__(self, journal: SideEffectJournal, approval: ApprovalLifecycle) -> None:
+    def __init__(
+        self,
+        journal: SideEffectJournal,
+        approval: ApprovalLifecycle,
+        runner: CompensationRunner,
+    ) -> None:
         self._journal = journal
         self._approval = approval
+        self._runner = runner
+
+    def finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+        """Report a run whose work returned `value` or raised `error`."""
+        if self._must_compensate(scope, error):
+            report = self._runner.run(scope.history)
+            return self.compensated(scope.history, report, value=value, error=error or scope.error)
+        return self._settle(scope, value, error)
+
+    async def afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+        """Report a run of async work (see `finish`); async compensations are awaited."""
+        if self._must_compensate(scope, error):
+            report = await self._runner.arun(scope.history)
+            return self.compensated(scope.history, report, value=value, error=error or scope.error)
+        return self._settle(scope, value, error)
+
+    @staticmethod
+    def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
+        """Whether the run failed; raises if it may not touch the saga any more."""
+        _refuse_if_taken_over(scope, error)
+        if not scope.failed and error is None:
+            unanswered = scope.history.unanswered_retries()
+            if unanswered:  # the framework gave up retrying, then returned
+                intent = unanswered[0].intent
+                scope.fail(
+                    SagaStateError(
+                        f"saga {scope.saga_id!r}: call {intent.call_id!r} of tool "
+                        f"{intent.tool_name!r} failed asking for a retry (INTENT at seq "
+                        f"{intent.seq}), and no later call of the tool succeeded"
+                    )
+                )
+        # A refusal executed nothing: the saga stays open to be approved (or resolved) properly.
+        if not scope.failed and (error is None or isinstance(error, _REFUSALS)):
+            return False
+        # A run whose saga another worker ended meanwhile neither compensates nor ends it:
+        # its walk would undo a saga that ended as the other recorded, and end it twice.
+        scope.refresh()
+        scope.refuse_if_ended("it is not compensated or ended again")
+        return True
+
+    def _settle(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+        refusal: SagacityError | None = error if isinstance(error, _REFUSALS) else scope.refusal
+        if refusal is not None:
+            raise refusal
+        pending = self._approval.pending(scope.saga_id, history=scope.history)
+        if pending:
+            return SagaResult(
+                saga_id=scope.saga_id,
+                outcome=SagaOutcome.AWAITING_APPROVAL,
+                value=value,
+                pending=pending,
+            )
+        if scope.suspended:
+            return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
+        return self.completed(scope.history, value)
 
     def completed(self, history: SagaHistory, value: Any) -> SagaResult:
         """End a saga whose calls all succeeded."""
@@ -155,3 +229,14 @@ def _same_end(recorded: Any, payload: dict[str, Any]) -> bool:
     return {k: v for k, v in recorded.items() if k != "error"} == {
         k: v for k, v in payload.items() if k != "error"
     }
+
+
+def _refuse_if_taken_over(scope: SagaScope, error: Exception | None) -> None:
+    """A worker whose lease was taken over stops: the saga is the new holder's now."""
+    if scope.history.lease_lost:
+        if isinstance(error, LeaseLostError):
+            raise error
+        raise LeaseLostError(
+            f"saga {scope.saga_id!r}: this worker's lease was taken over while its work ran; "
+            "it neither compensates nor ends the saga: the new holder does"
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 import sys
 from collections.abc import Callable, Iterable
@@ -192,14 +193,21 @@ def _declared(
             "the stream inside the tool and return it as a list"
         )
     _check_retry(declaration, name, where)
+    _check_compensation_options(declaration, name, where)
+    if compensation is not None:
+        timeout = declaration.compensation_timeout
+        compensation = dataclasses.replace(
+            compensation,
+            tool_name=name,
+            idempotent=declaration.compensation_idempotent,
+            timeout=None if timeout is None else float(timeout),
+        )
     return DeclaredTool(
         name=name,
         func=func,
         description=inspect.getdoc(func) or "",
         reversibility=declaration.reversibility,
-        compensation=None
-        if compensation is None
-        else dataclasses.replace(compensation, tool_name=name),
+        compensation=compensation,
         retry=declaration.retry,
     )
 
@@ -225,6 +233,35 @@ def _check_retry(declaration: ToolDeclaration, name: str, where: str) -> None:
         raise ConfigurationError(
             f"{where}: tool {name!r}: backoff ({retry.backoff}) must be ≥ 0 and at most "
             f"max_backoff ({retry.max_backoff})"
+        )
+
+
+def _check_compensation_options(declaration: ToolDeclaration, name: str, where: str) -> None:
+    idempotent = declaration.compensation_idempotent
+    timeout: object = declaration.compensation_timeout
+    if declaration.reversibility is Reversibility.IRREVERSIBLE and (
+        idempotent is not False or timeout is not None
+    ):
+        raise ConfigurationError(
+            f"{where}: tool {name!r} is IRREVERSIBLE and declares compensation_idempotent or "
+            "compensation_timeout; it has no compensation for them to apply to"
+        )
+    if not isinstance(idempotent, bool):
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: compensation_idempotent must be True or False, not "
+            f"{idempotent!r}"
+        )
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: compensation_timeout must be a number of seconds above "
+            f"0, or None for no bound, not {timeout!r}"
         )
 
 

@@ -63,6 +63,12 @@ class ToolDeclaration:
     """The tool's name, if not its function's name."""
     retry: Retry | None = None
     """Its retry policy; None: a failure fails the call at once."""
+    compensation_idempotent: bool = False
+    """Whether its compensation is safe to run again with the same `ctx.call_id`: a
+    compensation whose outcome is unknown (a crash, a timeout) is then run again by the
+    next walk instead of being left in doubt for a human."""
+    compensation_timeout: float | None = None
+    """Seconds the walk waits for its compensation; None: no bound."""
 
 
 @overload
@@ -79,6 +85,8 @@ def compensable(
     retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    compensation_idempotent: bool = False,
+    compensation_timeout: float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -93,6 +101,8 @@ def compensable(
     retry_on: type[BaseException] | tuple[type[BaseException], ...] = Exception,
     backoff: float = 0.5,
     max_backoff: float = 30.0,
+    compensation_idempotent: bool = False,
+    compensation_timeout: float | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -109,6 +119,15 @@ def compensable(
             are: their outcome is unknown).
         backoff: Seconds before the first retry, doubled before each next one.
         max_backoff: The cap on the wait between two attempts, in seconds.
+        compensation_idempotent: The compensation may run twice with the same
+            `ctx.call_id` without harm (it hands that key to the API it calls). When a
+            walk finds it started with no outcome journaled (the process died during it,
+            or it timed out), the walk runs it again; otherwise it is left in doubt for
+            a human (`Sagacity.resolve_compensation`).
+        compensation_timeout: Seconds the walk waits for the compensation. Past them an
+            async compensation is cancelled and a sync one is left running in its worker
+            thread; either way it is journaled COMPENSATION_FAILED with its outcome
+            unknown, listed in doubt, and the walk goes on. None: no bound.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -121,7 +140,14 @@ def compensable(
             backoff=backoff,
             max_backoff=max_backoff,
         )
-    declaration = ToolDeclaration(by=by, reversibility=reversibility, name=name, retry=retry)
+    declaration = ToolDeclaration(
+        by=by,
+        reversibility=reversibility,
+        name=name,
+        retry=retry,
+        compensation_idempotent=compensation_idempotent,
+        compensation_timeout=compensation_timeout,
+    )
 
     def declare(target: F) -> F:
         setattr(target, _DECLARATION, declaration)

@@ -13,6 +13,7 @@ from typing import Any
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
+from sagacity._leasing import LeaseKeeper
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
 from sagacity._scope import SagaScope, arun_in, current_scope, run_coroutine, run_in
 from sagacity._wrap import wrap_sources
@@ -20,12 +21,8 @@ from sagacity.approval import ApprovalLifecycle, ApprovalRequest, ApprovalStore
 from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
 from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
-    ApprovalError,
     ConfigurationError,
-    InDoubtError,
     NestedSagaError,
-    ReplayMismatchError,
-    SagacityError,
     SagaNotFoundError,
     SagaStateError,
     SerializationError,
@@ -35,9 +32,6 @@ from sagacity.journal._rebuild import rebuild_arguments
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
 
 __all__ = ["SagaOutcome", "SagaResult", "Sagacity"]
-
-_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
-"""Raised before a call ran: the saga stays open instead of failing."""
 
 
 def _utc_now() -> datetime.datetime:
@@ -56,9 +50,14 @@ class Sagacity:
             unapproved, when no saga is open. Off: they raise `NoSagaError`.
         clock: Returns the current time as a timezone-aware datetime (for expiry);
             `sagacity.testing.FakeClock` makes it controllable.
+        lease_ttl: How long a worker's lease on a saga lasts without renewal (seconds or
+            a timedelta); renewed every third of it while the worker holds the saga.
+        lease_wait: How long to wait for a saga another worker holds before raising
+            `SagaBusyError`; 0 refuses at once.
 
     Raises:
-        ConfigurationError: The clock returns a naive datetime, or the TTL is negative.
+        ConfigurationError: The clock returns a naive datetime, a TTL is negative, or the
+            lease TTL is not positive.
     """
 
     def __init__(
@@ -69,6 +68,8 @@ class Sagacity:
         approval_ttl: float | datetime.timedelta | None = None,
         allow_irreversible_outside_saga: bool = False,
         clock: Clock | None = None,
+        lease_ttl: float | datetime.timedelta = 30.0,
+        lease_wait: float = 0.0,
     ) -> None:
         self.journal = journal
         """The journal this Sagacity appends to."""
@@ -79,13 +80,22 @@ class Sagacity:
         if approval_ttl is not None and approval_ttl < datetime.timedelta(0):
             raise ConfigurationError(f"approval_ttl must not be negative, not {approval_ttl}")
         self.approval_ttl: datetime.timedelta | None = approval_ttl
+        if isinstance(lease_ttl, int | float):
+            lease_ttl = datetime.timedelta(seconds=lease_ttl)
+        if lease_ttl <= datetime.timedelta(0) or lease_wait < 0:
+            raise ConfigurationError(
+                f"lease_ttl must be positive and lease_wait not negative, not {lease_ttl} "
+                f"and {lease_wait}"
+            )
+        self.lease_ttl: datetime.timedelta = lease_ttl
+        self.lease_wait = lease_wait
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
         self.now: Clock = checked_clock(clock or _utc_now)
         self.approval = ApprovalLifecycle(journal, approvals, ttl=approval_ttl, clock=self.now)
         """The approval lifecycle: ask, decide, check, consume."""
-        self._ending = SagaEnding(journal, self.approval)
         self._registry = CompensationRegistry()
         self._runner = CompensationRunner(journal, self._registry)
+        self._ending = SagaEnding(journal, self.approval, self._runner)
         self._tools: dict[str, SagaTool] = {}
         self._classifiers: list[ExceptionClassifier] = []
 
@@ -154,13 +164,15 @@ class Sagacity:
             SagaStateError: The saga ended before, or waits for approval.
             ApprovalError: An approval check refused a call (nothing ran).
         """
-        scope = self._open(saga_id, resuming=False)
-        return self._finish(scope, *run_in(scope, work))
+        with self._leased(saga_id, opening=True) as keeper:
+            scope = self._open(saga_id, keeper, resuming=False)
+            return self._ending.finish(scope, *run_in(scope, work))
 
     async def asaga(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         """Run async `work` as saga `saga_id` (see `saga`)."""
-        scope = self._open(saga_id, resuming=False)
-        return await self._afinish(scope, *await arun_in(scope, work))
+        with self._leased(saga_id, opening=True) as keeper:
+            scope = self._open(saga_id, keeper, resuming=False)
+            return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     def compensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk (again): after a crash, or to retry failed ones.
@@ -174,15 +186,17 @@ class Sagacity:
             SagaStateError: The saga ended COMPLETED (there is nothing to undo), or it is
                 running in this context.
         """
-        history = self._compensable_history(saga_id)
-        report = self._runner.run(history)
-        return self._ending.compensated(history, report, value=None, error=None)
+        with self._leased(saga_id) as keeper:
+            history = keeper.hold(self._compensable_history(saga_id))
+            report = self._runner.run(history)
+            return self._ending.compensated(history, report, value=None, error=None)
 
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
-        history = self._compensable_history(saga_id)
-        report = await self._runner.arun(history)
-        return self._ending.compensated(history, report, value=None, error=None)
+        with self._leased(saga_id) as keeper:
+            history = keeper.hold(self._compensable_history(saga_id))
+            report = await self._runner.arun(history)
+            return self._ending.compensated(history, report, value=None, error=None)
 
     def resolve(
         self, saga_id: str, call_id: str, *, executed: bool, result: Any = None, by: str
@@ -193,7 +207,14 @@ class Sagacity:
         ends the saga COMPENSATED once nothing else is in doubt.
         """
         require_name(by, "by")
-        history = self._history(saga_id, must_exist=True)
+        with self._leased(saga_id) as keeper:
+            return self._resolve(keeper.hold(self._history(saga_id, must_exist=True)), call_id,
+                                 executed=executed, result=result, by=by)  # fmt: skip
+
+    def _resolve(
+        self, history: SagaHistory, call_id: str, *, executed: bool, result: Any, by: str
+    ) -> JournalEntry:
+        saga_id = history.saga_id
         call = history.latest_call.get(call_id)
         if call is None or not call.in_doubt:
             raise SagaStateError(
@@ -217,6 +238,14 @@ class Sagacity:
             ref_seq=call.intent.seq,
             payload=payload,
         )
+
+    def resolve_compensation(
+        self, saga_id: str, call_id: str, *, compensated: bool, by: str
+    ) -> JournalEntry:
+        """Settle a compensation in doubt: it took effect, or the next walk runs it again."""
+        with self._leased(saga_id) as keeper:
+            history = keeper.hold(self._history(saga_id, must_exist=True))
+            return self._runner.resolve(history, call_id, compensated=compensated, by=by)
 
     def history(self, saga_id: str) -> list[JournalEntry]:
         """Return the saga's journal entries (a shorthand for `journal.entries`)."""
@@ -271,12 +300,12 @@ class Sagacity:
             ApprovalAlreadyUsedError: The approved call is already running (or ran).
         """
         require_name(approver, "approver")
-        self._refuse_if_open(saga_id)
-        history = self.approval.reject(
-            saga_id, approver=approver, reason=reason, request_id=request_id
-        )
-        report = self._runner.run(history)
-        return self._ending.compensated(history, report, value=None, error=None)
+        with self._leased(saga_id) as keeper:
+            history = self.approval.reject(
+                saga_id, approver=approver, reason=reason, request_id=request_id, keeper=keeper
+            )
+            report = self._runner.run(history)
+            return self._ending.compensated(history, report, value=None, error=None)
 
     def resume_saga(
         self,
@@ -299,22 +328,21 @@ class Sagacity:
                 `ApprovalAlreadyUsedError`.
             SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
-        if work is not None:
-            scope = self._open(saga_id, resuming=True)
-            return self._finish(scope, *run_in(scope, work))
-        request, tool, kwargs = self._stored_call(saga_id, request_id)
-        if tool.is_async:
-            return run_coroutine(
-                self.aresume_saga(saga_id, request_id=request.request_id),
-                f"saga {saga_id!r}: tool {tool.name!r} is async",
-            )
-        scope = self._open(saga_id, resuming=True)
+        if work is None:
+            request, tool, kwargs = self._stored_call(saga_id, request_id)
+            if tool.is_async:
+                return run_coroutine(
+                    self.aresume_saga(saga_id, request_id=request.request_id),
+                    f"saga {saga_id!r}: tool {tool.name!r} is async",
+                )
 
-        def run_approved() -> Any:
-            explain_unusable(scope.history, request.request_id)  # no replay: used once
-            return tool.invoke((), kwargs, call_id=request.call_id)
+            def work() -> Any:
+                explain_unusable(scope.history, request.request_id)  # no replay: used once
+                return tool.invoke((), kwargs, call_id=request.call_id)
 
-        return self._finish(scope, *run_in(scope, run_approved))
+        with self._leased(saga_id, opening=True) as keeper:
+            scope = self._open(saga_id, keeper, resuming=True)
+            return self._ending.finish(scope, *run_in(scope, work))
 
     async def aresume_saga(
         self,
@@ -324,17 +352,16 @@ class Sagacity:
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
-        if work is not None:
-            scope = self._open(saga_id, resuming=True)
-            return await self._afinish(scope, *await arun_in(scope, work))
-        request, tool, kwargs = self._stored_call(saga_id, request_id)
-        scope = self._open(saga_id, resuming=True)
+        if work is None:
+            request, tool, kwargs = self._stored_call(saga_id, request_id)
 
-        async def arun_approved() -> Any:
-            explain_unusable(scope.history, request.request_id)  # no replay: used once
-            return await tool.ainvoke((), kwargs, call_id=request.call_id)
+            async def work() -> Any:
+                explain_unusable(scope.history, request.request_id)  # no replay: used once
+                return await tool.ainvoke((), kwargs, call_id=request.call_id)
 
-        return await self._afinish(scope, *await arun_in(scope, arun_approved))
+        with self._leased(saga_id, opening=True) as keeper:
+            scope = self._open(saga_id, keeper, resuming=True)
+            return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     # -- internals -----------------------------------------------------------------------
 
@@ -400,14 +427,21 @@ class Sagacity:
                 f"saga {saga_id!r} is running in this context; let its work return first"
             )
 
-    def _open(self, saga_id: str, *, resuming: bool) -> SagaScope:
+    def _leased(self, saga_id: str, *, opening: bool = False) -> LeaseKeeper:
+        """The lease on `saga_id` this worker takes, once the id and the context allow it."""
         require_id(saga_id, "saga id")
         outer = current_scope()
-        if outer is not None:
+        if opening and outer is not None:
             raise NestedSagaError(
                 f"saga {saga_id!r} cannot open inside saga {outer.saga_id!r}: sagas do not nest"
             )
-        history = self._history(saga_id)
+        self._refuse_if_open(saga_id)
+        return LeaseKeeper(
+            self.journal, saga_id, ttl=self.lease_ttl, wait=self.lease_wait, clock=self.now
+        )
+
+    def _open(self, saga_id: str, keeper: LeaseKeeper, *, resuming: bool) -> SagaScope:
+        history = keeper.hold(self._history(saga_id))
         if history.ended is not None:
             if resuming:
                 explain_unusable(history, None)  # a worker that lost the race: say why
@@ -423,67 +457,5 @@ class Sagacity:
         scope = SagaScope(self, saga_id, history)
         # A call that failed in an earlier run still fails the saga: resuming it must end
         # in compensation, never in COMPLETED with the earlier effects left live.
-        scope.failed = history.has_failed_call()
+        scope.failed = scope.failed_before = history.has_failed_call()
         return scope
-
-    def _finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
-        if self._must_compensate(scope, error):
-            self._refuse_ended_meanwhile(scope)
-            report = self._runner.run(scope.history)
-            return self._ending.compensated(
-                scope.history, report, value=value, error=error or scope.error
-            )
-        return self._settle(scope, value, error)
-
-    async def _afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
-        if self._must_compensate(scope, error):
-            self._refuse_ended_meanwhile(scope)
-            report = await self._runner.arun(scope.history)
-            return self._ending.compensated(
-                scope.history, report, value=value, error=error or scope.error
-            )
-        return self._settle(scope, value, error)
-
-    @staticmethod
-    def _refuse_ended_meanwhile(scope: SagaScope) -> None:
-        """A run whose saga another worker ended meanwhile neither compensates nor ends it.
-
-        Its walk would undo a saga that ended as the other worker recorded, and write a
-        second ENDED that disagrees with the first.
-        """
-        scope.refresh()
-        scope.refuse_if_ended("it is not compensated or ended again")
-
-    @staticmethod
-    def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
-        if not scope.failed and error is None:
-            unanswered = scope.history.unanswered_retries()
-            if unanswered:  # the framework gave up retrying, then returned
-                intent = unanswered[0].intent
-                scope.fail(
-                    SagaStateError(
-                        f"saga {scope.saga_id!r}: call {intent.call_id!r} of tool "
-                        f"{intent.tool_name!r} failed asking for a retry (INTENT at seq "
-                        f"{intent.seq}), and no later call of the tool succeeded"
-                    )
-                )
-        if scope.failed:
-            return True
-        # A refusal executed nothing: the saga stays open to be approved (or resolved) properly.
-        return error is not None and not isinstance(error, _REFUSALS)
-
-    def _settle(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
-        refusal: SagacityError | None = error if isinstance(error, _REFUSALS) else scope.refusal
-        if refusal is not None:
-            raise refusal
-        pending = self.approval.pending(scope.saga_id, history=scope.history)
-        if pending:
-            return SagaResult(
-                saga_id=scope.saga_id,
-                outcome=SagaOutcome.AWAITING_APPROVAL,
-                value=value,
-                pending=pending,
-            )
-        if scope.suspended:
-            return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
-        return self._ending.completed(scope.history, value)

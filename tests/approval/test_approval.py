@@ -295,6 +295,7 @@ class TestResume:
         assert phases(sagacity.history(SAGA))[4:] == [
             ("INTENT", "send_wire_transfer", None),
             ("FAILED", "send_wire_transfer", 5),
+            ("COMPENSATING", "reserve_inventory", 2),
             ("COMPENSATED", "reserve_inventory", 2),
             ("ENDED", None, None),
         ]
@@ -367,6 +368,7 @@ class TestReject:
             ("EXECUTED", "reserve_inventory", 1),
             ("AWAITING_APPROVAL", "send_wire_transfer", None),
             ("REJECTED", "send_wire_transfer", 3),
+            ("COMPENSATING", "reserve_inventory", 2),
             ("COMPENSATED", "reserve_inventory", 2),
             ("ENDED", None, None),
         ]
@@ -633,7 +635,10 @@ class TestPendingApproval:
 
         def framework() -> None:
             tool.pending_approval((), WIRE_INPUT, call_id="fw-1")
-            contextvars.Context().run(sagacity.reject, SAGA, approver="bob", reason="no")
+            # Decided elsewhere: the lifecycle's rejection, as a framework's would be.
+            contextvars.Context().run(
+                sagacity.approval.reject, SAGA, approver="bob", reason="no", request_id=None
+            )
             try:
                 tool.pending_approval((), WIRE_INPUT, call_id="fw-1")
             except ApprovalRejectedError as error:

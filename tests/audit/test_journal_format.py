@@ -77,7 +77,7 @@ def export(tmp_path: Path) -> Path:
     assert sagacity.saga("order-2", compensated).outcome is SagaOutcome.COMPENSATED
     path = tmp_path / "journal.jsonl"
     with path.open("w", encoding="utf-8") as out:
-        assert export_jsonl(sagacity.journal, out) == 5 + 6
+        assert export_jsonl(sagacity.journal, out) == 5 + 7
     sagacity.close()
     return path
 

@@ -101,7 +101,10 @@ class TestCompensationWalk:
         assert shop.log == ["ship o-1", "cancel shipment"]
 
     def test_carries_on_past_a_failing_compensation(self, sagacity: Sagacity) -> None:
-        """A compensation that raises is journaled COMPENSATION_FAILED; the rest still run."""
+        """A compensation that raises is journaled COMPENSATION_FAILED; the rest still run.
+
+        Each compensation's COMPENSATING intent precedes its outcome.
+        """
         shop = Shop(ship_fails=True, refund_fails=FailOn(1))
         tools = tools_of(sagacity, shop)
 
@@ -113,12 +116,19 @@ class TestCompensationWalk:
         result = sagacity.saga("s", work)
         assert result.outcome is SagaOutcome.COMPENSATION_FAILED
         entries = sagacity.history("s")
-        assert phases(entries)[-3:] == [
+        assert phases(entries)[-5:] == [
+            ("COMPENSATING", "charge_card", 4),
             ("COMPENSATION_FAILED", "charge_card", 4),
+            ("COMPENSATING", "reserve_inventory", 2),
             ("COMPENSATED", "reserve_inventory", 2),
             ("ENDED", None, None),
         ]
-        assert entries[-3].payload == {"error": "RuntimeError: failure on call 1"}
+        assert [e.payload for e in entries[-5:-1]] == [
+            {"attempt": 1},
+            {"error": "RuntimeError: failure on call 1"},
+            {"attempt": 1},
+            None,
+        ]
         assert entries[-1].payload == {
             "outcome": "COMPENSATION_FAILED",
             "error": {"type": "RuntimeError", "message": "courier down"},
@@ -290,7 +300,10 @@ class TestAsyncCompensations:
 
 class TestCompensateAgain:
     def test_retries_only_what_is_not_compensated(self, sagacity: Sagacity) -> None:
-        """compensate() re-runs the failed compensation and never repeats a successful one."""
+        """compensate() re-runs the failed compensation and never repeats a successful one.
+
+        The re-run is journaled as the compensation's second attempt.
+        """
         shop = Shop(ship_fails=True, refund_fails=FailOn(1))
         tools = tools_of(sagacity, shop)
 
@@ -306,9 +319,11 @@ class TestCompensateAgain:
         assert shop.log.count("release res-SKU-1-1") == 1
         assert shop.log.count("refund ch-20.00") == 1
         assert phases(sagacity.history("s")[before:]) == [
+            ("COMPENSATING", "charge_card", 4),
             ("COMPENSATED", "charge_card", 4),
             ("ENDED", None, None),
         ]
+        assert sagacity.history("s")[before].payload == {"attempt": 2}
         assert sagacity.history("s")[-1].payload == {
             "outcome": "COMPENSATED",
             "compensated": ["reserve_inventory#1", "charge_card#1"],

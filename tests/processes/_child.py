@@ -58,7 +58,8 @@ class Warehouse:
 
 
 def crash(database: str, ledger: str) -> None:
-    sagacity = Sagacity.from_url(f"sqlite:///{database}")
+    # A short lease, so that the process reopening the journal takes the saga over soon.
+    sagacity = Sagacity.from_url(f"sqlite:///{database}", lease_ttl=1.0)
     tools = {tool.name: tool for tool in sagacity.wrap(Warehouse(Path(ledger)))}
 
     def work() -> None:

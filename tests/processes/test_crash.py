@@ -49,7 +49,8 @@ class TestKilledInsideATool:
         """The journal of a process killed inside `ship`, reopened with the tools wrapped."""
         database, ledger = tmp_path / "journal.db", tmp_path / "ledger.txt"
         run_until_killed_inside_ship(database, ledger)
-        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        # The killed process's lease runs out within a second: wait for it.
+        sagacity = Sagacity.from_url(f"sqlite:///{database}", lease_wait=15)
         sagacity.wrap(Warehouse(ledger))
         return sagacity, ledger
 
@@ -91,7 +92,9 @@ class TestKilledInsideATool:
         ]
         tail = sagacity.history("order-1")[5:]
         assert [(e.phase, e.ref_seq) for e in tail] == [
+            (Phase.COMPENSATING, 4),
             (Phase.COMPENSATED, 4),
+            (Phase.COMPENSATING, 2),
             (Phase.COMPENSATED, 2),
             (Phase.ENDED, None),
         ]

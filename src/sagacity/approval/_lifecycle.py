@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 from sagacity._history import SagaHistory, payload_of
 from sagacity.approval._check import check_approved, check_unused, verified_request
@@ -36,6 +37,15 @@ __all__ = ["ApprovalLifecycle", "Clock"]
 
 Clock = Callable[[], datetime.datetime]
 """Returns the current time, timezone-aware."""
+
+
+class LeaseHolder(Protocol):
+    """Fences a history's appends by a saga lease (`sagacity._leasing.LeaseKeeper`)."""
+
+    def hold(self, history: SagaHistory) -> SagaHistory:
+        """Make `history`'s appends fenced by the lease."""
+        ...
+
 
 _DECISION_RETRIES = 8
 """How often a decision re-reads the saga after another writer appended first."""
@@ -261,7 +271,13 @@ class ApprovalLifecycle:
         raise _lost_races(saga_id, "approval")
 
     def reject(
-        self, saga_id: str, *, approver: str, reason: str, request_id: str | None
+        self,
+        saga_id: str,
+        *,
+        approver: str,
+        reason: str,
+        request_id: str | None,
+        keeper: LeaseHolder | None = None,
     ) -> SagaHistory:
         """Journal REJECTED and consume the request; return the saga's history after it.
 
@@ -273,6 +289,8 @@ class ApprovalLifecycle:
         """
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
+            if keeper is not None:
+                keeper.hold(history)
             stored = self._stored(saga_id, request_id)
             _refuse_ended(history)
             awaiting = history.awaiting.get(stored.request_id)

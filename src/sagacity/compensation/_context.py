@@ -18,7 +18,8 @@ class CompensationContext:
     tool_name: str
     """The tool that produced it."""
     call_id: str
-    """The call that produced it: the idempotency key the tool was given."""
+    """The call that produced it: the idempotency key the tool was given. The same on
+    every attempt of the compensation: hand it to the API the compensation calls."""
     input: dict[str, JsonValue]
     """The exact JSON arguments the tool ran with."""
     result: JsonValue
@@ -30,7 +31,7 @@ class CallRef:
     """One tool call named in a `CompensationReport`."""
 
     seq: int
-    """The seq of the call's EXECUTED entry (for in-doubt calls: its INTENT)."""
+    """The seq of the call's EXECUTED entry (for a call in doubt: its INTENT)."""
     tool_name: str
     """The tool."""
     call_id: str
@@ -52,7 +53,10 @@ class CompensationReport:
     skipped: list[CallRef]
     """Calls with no compensation declared (IRREVERSIBLE ones, say): left as they are."""
     in_doubt: list[CallRef]
-    """Calls whose outcome is unknown: never acted on; `Sagacity.resolve` settles them."""
+    """Calls whose outcome is unknown (`Sagacity.resolve` settles them), and calls whose
+    compensation started with its outcome unknown (`Sagacity.resolve_compensation`):
+    never acted on, except a compensation declared idempotent, which the next walk runs
+    again."""
 
     @property
     def clean(self) -> bool:

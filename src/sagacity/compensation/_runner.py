@@ -1,4 +1,10 @@
-"""The registry of declared compensations, and the walk that runs them."""
+"""The registry of declared compensations, and the walk that runs them.
+
+Every compensation the walk calls is journaled like a tool call: COMPENSATING (its
+intent, committed before it is called), then COMPENSATED or COMPENSATION_FAILED. A
+COMPENSATING with no outcome after it means the process stopped during the compensation:
+the next walk lists it in doubt, or, if it was declared idempotent, runs it again.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,21 @@ import contextvars
 import copy
 import dataclasses
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sagacity._classify import error_json
-from sagacity._history import CallState, SagaHistory, payload_of
+from sagacity._history import OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
+from sagacity._ids import require_name
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
-from sagacity.journal import JournalEntry, Phase, SideEffectJournal
+from sagacity.errors import SagaStateError
+from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
 
 __all__ = ["Compensation", "CompensationRegistry", "CompensationRunner"]
+
+NOT_RUN = "not_run"
+"""The COMPENSATION_FAILED kind of a compensation a human found had not taken effect."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -29,10 +41,23 @@ class Compensation:
     """The callable: no arguments, or one `CompensationContext`; sync or async."""
     takes_context: bool
     """Whether `func` takes the context."""
+    idempotent: bool = False
+    """Safe to run again with the same `ctx.call_id`: a walk that finds it started with
+    its outcome unknown runs it again instead of leaving it in doubt."""
+    timeout: float | None = None
+    """Seconds the walk waits for it; None: no bound."""
 
     def call(self, context: CompensationContext) -> Any:
         """Call it, returning what it returns (an awaitable, for an async one)."""
         return self.func(context) if self.takes_context else self.func()
+
+    @property
+    def is_async(self) -> bool:
+        """Whether calling it returns a coroutine (an `async def`, or an object's one)."""
+        func = self.func
+        return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(
+            getattr(func, "__call__", None)  # noqa: B004 - the object's own __call__
+        )
 
 
 class CompensationRegistry:
@@ -48,14 +73,31 @@ class CompensationRegistry:
         return self._by_tool.get(tool_name)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Step:
+    """One compensation the walk will call."""
+
+    executed: JournalEntry
+    """The EXECUTED entry it undoes."""
+    intent: JournalEntry
+    """That call's INTENT: its input."""
+    compensation: Compensation | None
+    """None if no compensation for the tool is registered in this process."""
+    attempt: int
+    """This attempt's number, journaled in its COMPENSATING entry."""
+
+
 @dataclasses.dataclass(slots=True)
 class _Plan:
     """The walk decided from the journal, before anything runs."""
 
-    to_run: list[tuple[JournalEntry, JournalEntry, Compensation | None]]
-    """(EXECUTED, its INTENT, the compensation or None if not registered here), reverse seq."""
+    to_run: list[_Step]
+    """Reverse seq of the EXECUTED entries."""
     skipped: list[CallRef]
-    in_doubt: list[CallRef]
+
+
+class _TimedOut(Exception):
+    """The walk stopped waiting for a compensation: its outcome is unknown."""
 
 
 class CompensationRunner:
@@ -68,70 +110,106 @@ class CompensationRunner:
     def run(self, history: SagaHistory) -> CompensationReport:
         """Run the walk; an async compensation is run to completion on a fresh loop."""
         plan = self._plan(history)
-        for executed, intent, compensation in plan.to_run:
-            error = _not_registered(executed) if compensation is None else None
-            if compensation is not None:
-                try:
-                    outcome = compensation.call(_context(history.saga_id, executed, intent))
-                    if inspect.isawaitable(outcome):
-                        _run_to_completion(outcome)
-                except Exception as exc:
-                    error = _describe(exc)
-            self._record(history, executed, error)
+        for step in plan.to_run:
+            if step.compensation is None:
+                self._record(history, step.executed, {"error": _not_registered(step.executed)})
+                continue
+            context = _context(history.saga_id, step.executed, step.intent)
+            self._begin(history, step)
+            self._record(history, step.executed, _run_sync(step.compensation, context))
         return self._report(history, plan)
 
     async def arun(self, history: SagaHistory) -> CompensationReport:
         """Run the walk, awaiting async compensations."""
         plan = self._plan(history)
-        for executed, intent, compensation in plan.to_run:
-            error = _not_registered(executed) if compensation is None else None
-            if compensation is not None:
-                try:
-                    outcome = compensation.call(_context(history.saga_id, executed, intent))
-                    if inspect.isawaitable(outcome):
-                        await outcome
-                except Exception as exc:
-                    error = _describe(exc)
-            self._record(history, executed, error)
+        for step in plan.to_run:
+            if step.compensation is None:
+                self._record(history, step.executed, {"error": _not_registered(step.executed)})
+                continue
+            context = _context(history.saga_id, step.executed, step.intent)
+            self._begin(history, step)
+            self._record(history, step.executed, await _run_async(step.compensation, context))
         return self._report(history, plan)
 
-    def _record(self, history: SagaHistory, executed: JournalEntry, error: str | None) -> None:
-        if error is None:
-            entry = self._journal.append(
-                history.saga_id,
-                Phase.COMPENSATED,
-                tool_name=executed.tool_name,
-                call_id=executed.call_id,
-                ref_seq=executed.seq,
+    def resolve(
+        self, history: SagaHistory, call_id: str, *, compensated: bool, by: str
+    ) -> JournalEntry:
+        """Journal a human's finding on a compensation in doubt: it took effect or not.
+
+        COMPENSATED with `resolved_by`, or COMPENSATION_FAILED of kind `not_run`, which the
+        next walk runs again.
+
+        Raises:
+            SagaStateError: No compensation of the call is in doubt.
+        """
+        require_name(by, "by")
+        call = next(
+            (
+                c
+                for c in history.calls.values()
+                if c.intent.call_id == call_id and c.executed and _compensation_in_doubt(c)
+            ),
+            None,
+        )
+        if call is None or call.outcome is None:
+            raise SagaStateError(
+                f"saga {history.saga_id!r}: no compensation of call {call_id!r} is in doubt; "
+                "only a compensation that started with its outcome unknown can be resolved"
             )
-        else:
-            entry = self._journal.append(
-                history.saga_id,
-                Phase.COMPENSATION_FAILED,
-                tool_name=executed.tool_name,
-                call_id=executed.call_id,
-                ref_seq=executed.seq,
-                payload={"error": error},
-            )
-        history.add(entry)
+        executed = call.outcome
+        payload: dict[str, JsonValue] = {"resolved_by": by}
+        phase = Phase.COMPENSATED
+        if not compensated:
+            phase = Phase.COMPENSATION_FAILED
+            payload = {"kind": NOT_RUN, "error": None, "resolved_by": by}
+        return history.append(
+            self._journal,
+            phase,
+            tool_name=executed.tool_name,
+            call_id=executed.call_id,
+            ref_seq=executed.seq,
+            payload=payload,
+        )
+
+    def _begin(self, history: SagaHistory, step: _Step) -> None:
+        """Journal the compensation's intent; it is called only once this is committed."""
+        history.append(
+            self._journal,
+            Phase.COMPENSATING,
+            tool_name=step.executed.tool_name,
+            call_id=step.executed.call_id,
+            ref_seq=step.executed.seq,
+            payload={"attempt": step.attempt},
+        )
+
+    def _record(
+        self, history: SagaHistory, executed: JournalEntry, failure: dict[str, JsonValue] | None
+    ) -> None:
+        history.append(
+            self._journal,
+            Phase.COMPENSATED if failure is None else Phase.COMPENSATION_FAILED,
+            tool_name=executed.tool_name,
+            call_id=executed.call_id,
+            ref_seq=executed.seq,
+            payload=failure,
+        )
 
     def _plan(self, history: SagaHistory) -> _Plan:
-        to_run: list[tuple[JournalEntry, JournalEntry, Compensation | None]] = []
+        to_run: list[_Step] = []
         skipped: list[CallRef] = []
-        in_doubt: list[CallRef] = []
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
-            intent = call.intent
-            if history.may_have_run(call):
-                in_doubt.append(_ref(intent, _unknown_reason(call.outcome)))
-                continue
-            if not call.executed or call.compensated:
-                continue
+            if history.may_have_run(call) or not call.executed or call.compensated:
+                continue  # in doubt (listed by the report), nothing to undo, or undone
             assert call.outcome is not None
+            intent = call.intent
             if payload_of(intent).get("reversibility") == "IRREVERSIBLE":
                 skipped.append(_ref(call.outcome))
                 continue
-            to_run.append((call.outcome, intent, self._registry.get(intent.tool_name or "")))
-        return _Plan(to_run=to_run, skipped=skipped, in_doubt=in_doubt)
+            compensation = self._registry.get(intent.tool_name or "")
+            if call.compensation_in_doubt and (compensation is None or not compensation.idempotent):
+                continue  # it may have taken effect: listed in doubt, never repeated silently
+            to_run.append(_Step(call.outcome, intent, compensation, call.compensation_attempts + 1))
+        return _Plan(to_run=to_run, skipped=skipped)
 
     @staticmethod
     def _report(history: SagaHistory, plan: _Plan) -> CompensationReport:
@@ -143,22 +221,147 @@ class CompensationRunner:
             assert call.compensation is not None
             if call.compensated:
                 compensated.append(_ref(call.outcome))
-            else:
-                failed.append(_ref(call.outcome, payload_of(call.compensation).get("error")))
+            elif not call.compensation_in_doubt:
+                failed.append(_ref(call.outcome, _failure_text(call.compensation)))
+        in_doubt: list[CallRef] = []
+        for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
+            if history.may_have_run(call):
+                in_doubt.append(_ref(call.intent, _unknown_reason(call.outcome)))
+            elif call.executed and _compensation_in_doubt(call):
+                assert call.outcome is not None
+                in_doubt.append(_ref(call.outcome, _compensation_reason(call)))
         return CompensationReport(
             saga_id=history.saga_id,
             compensated=compensated,
             failed=failed,
             skipped=plan.skipped,
-            in_doubt=plan.in_doubt,
+            in_doubt=in_doubt,
         )
 
 
-async def _await(awaitable: Awaitable[Any]) -> None:
-    await awaitable
+def _compensation_in_doubt(call: CallState) -> bool:
+    return not call.compensated and call.compensation_in_doubt
 
 
-def _run_to_completion(awaitable: Awaitable[Any]) -> None:
+def _run_sync(compensation: Compensation, context: CompensationContext) -> dict[str, Any] | None:
+    """Call a compensation from the sync walk; None if it succeeded, else the failure."""
+    timeout = compensation.timeout
+    try:
+        if timeout is None:
+            _call_to_completion(compensation, context)
+        elif compensation.is_async:
+            _run_to_completion(compensation.call(context), timeout)
+        else:
+            _wait_for_thread(_start_thread(compensation, context), timeout)
+    except _TimedOut as timed_out:
+        return {"error": f"TimeoutError: {timed_out}", "kind": OUTCOME_UNKNOWN}
+    except Exception as exc:
+        return _failure(exc)
+    return None
+
+
+async def _run_async(
+    compensation: Compensation, context: CompensationContext
+) -> dict[str, Any] | None:
+    """Call a compensation from the async walk; None if it succeeded, else the failure."""
+    timeout = compensation.timeout
+    try:
+        if timeout is None:
+            outcome = compensation.call(context)
+            if inspect.isawaitable(outcome):
+                await outcome
+        elif compensation.is_async:
+            await _bounded(compensation.call(context), timeout)
+        else:
+            await _await_thread(_start_thread(compensation, context), timeout)
+    except _TimedOut as timed_out:
+        return {"error": f"TimeoutError: {timed_out}", "kind": OUTCOME_UNKNOWN}
+    except Exception as exc:
+        return _failure(exc)
+    return None
+
+
+def _failure(exc: Exception) -> dict[str, Any]:
+    """A compensation raised. A timeout of its own leaves its outcome unknown, as for a tool."""
+    failure: dict[str, Any] = {"error": _describe(exc)}
+    if isinstance(exc, TimeoutError):
+        failure["kind"] = OUTCOME_UNKNOWN
+    return failure
+
+
+def _call_to_completion(compensation: Compensation, context: CompensationContext) -> None:
+    outcome = compensation.call(context)
+    if inspect.isawaitable(outcome):
+        _run_to_completion(outcome, None)
+
+
+def _start_thread(
+    compensation: Compensation, context: CompensationContext
+) -> concurrent.futures.Future[None]:
+    """Run a sync compensation in a daemon thread of its own, with the caller's context.
+
+    A sync function cannot be stopped: past its timeout it is left running. A daemon
+    thread, unlike an executor's, does not hold up the interpreter's exit meanwhile.
+    """
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    variables = contextvars.copy_context()
+
+    def target() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            variables.run(_call_to_completion, compensation, context)
+        except BaseException as exc:  # handed to the walk, which re-raises it
+            future.set_exception(exc)
+        else:
+            future.set_result(None)
+
+    threading.Thread(
+        target=target, name=f"sagacity-compensation-{compensation.tool_name}", daemon=True
+    ).start()
+    return future
+
+
+def _left_running(timeout: float) -> _TimedOut:
+    return _TimedOut(
+        f"compensation timed out after {timeout:g}s; it was left running in its worker thread"
+    )
+
+
+def _wait_for_thread(future: concurrent.futures.Future[None], timeout: float) -> None:
+    done, _ = concurrent.futures.wait([future], timeout=timeout)
+    if not done:
+        raise _left_running(timeout)
+    future.result()
+
+
+async def _await_thread(future: concurrent.futures.Future[None], timeout: float) -> None:
+    waiting = asyncio.wrap_future(future)
+    done, _ = await asyncio.wait([waiting], timeout=timeout)
+    if not done:
+        # Whatever the thread ends with later is nobody's to read: do not log it as lost.
+        waiting.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise _left_running(timeout)
+    waiting.result()
+
+
+async def _bounded(awaitable: Awaitable[Any], timeout: float | None) -> None:
+    """Await `awaitable`, cancelling it after `timeout` seconds (None: no bound)."""
+    if timeout is None:
+        await awaitable
+        return
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            await awaitable
+    except TimeoutError:
+        if not scope.expired():
+            raise  # the compensation's own timeout
+    if scope.expired():  # also when it swallowed the cancellation and returned
+        raise _TimedOut(f"compensation timed out after {timeout:g}s and was cancelled")
+
+
+def _run_to_completion(awaitable: Awaitable[Any], timeout: float | None) -> None:
     """Run an async compensation from the sync walk, even if a loop runs in this thread."""
     try:
         asyncio.get_running_loop()
@@ -167,7 +370,7 @@ def _run_to_completion(awaitable: Awaitable[Any]) -> None:
         # a loop the caller keeps for reuse (PydanticAI's run_sync does).
         loop = asyncio.new_event_loop()
         try:
-            loop.run_until_complete(_await(awaitable))
+            loop.run_until_complete(_bounded(awaitable, timeout))
         finally:
             loop.close()
         return
@@ -175,7 +378,7 @@ def _run_to_completion(awaitable: Awaitable[Any]) -> None:
     # own on another thread, and wait for it (the sync walk blocks either way).
     context = contextvars.copy_context()
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(context.run, asyncio.run, _await(awaitable)).result()
+        pool.submit(context.run, asyncio.run, _bounded(awaitable, timeout)).result()
 
 
 def _context(saga_id: str, executed: JournalEntry, intent: JournalEntry) -> CompensationContext:
@@ -217,6 +420,28 @@ def _unknown_reason(outcome: JournalEntry | None) -> str:
     if isinstance(error, dict):
         return f"{what}: {error.get('type')}: {error.get('message')}"
     return what
+
+
+def _compensation_reason(call: CallState) -> str:
+    """Why a compensation is in doubt, for the report."""
+    if call.compensation_started:
+        assert call.compensating is not None
+        return (
+            f"compensation started (COMPENSATING at seq {call.compensating.seq}) and its "
+            "outcome is unknown: the process may have stopped during it"
+        )
+    assert call.compensation is not None
+    return f"compensation outcome unknown: {payload_of(call.compensation).get('error')}"
+
+
+def _failure_text(entry: JournalEntry) -> Any:
+    payload = payload_of(entry)
+    if payload.get("kind") == NOT_RUN:
+        return (
+            f"resolved as not compensated by {payload.get('resolved_by')!r}; "
+            "the next walk runs it again"
+        )
+    return payload.get("error")
 
 
 def _not_registered(executed: JournalEntry) -> str:
