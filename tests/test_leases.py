@@ -102,6 +102,20 @@ class TestJournalLeases:
             writer.close()
             other.close()
 
+    def test_an_ended_saga_frees_its_lease_without_a_release(self, sagacity: Sagacity) -> None:
+        """Writing ENDED frees the lease: the next worker takes it before its expiry.
+
+        Ending a saga so costs no commit for the release; the ended holder is fenced as
+        any other once the next one took the saga.
+        """
+        journal = sagacity.journal
+        old = take(journal, "worker-a", T0)
+        journal.append("s", Phase.ENDED, payload={"outcome": "COMPLETED"}, fence=old)
+        new = take(journal, "worker-b", T0)
+        assert new.token == old.token + 1
+        with pytest.raises(LeaseLostError):
+            journal.append("s", Phase.COMPENSATING, fence=old)
+
     def test_renewal_moves_the_expiry(self, sagacity: Sagacity) -> None:
         """A renewed lease holds past its first expiry."""
         journal = sagacity.journal

@@ -88,7 +88,7 @@ class LeaseKeeper:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join()
-        if self.lease is not None and not self.lost:
+        if self.lease is not None and not self.lost and not self._ended():
             try:
                 self._journal.release_lease(self.lease)
             except JournalError:
@@ -99,6 +99,10 @@ class LeaseKeeper:
         history.fence = self.lease
         self._histories.append(history)
         return history
+
+    def _ended(self) -> bool:
+        """The saga's last entry is the ENDED this worker wrote: that frees the lease."""
+        return any(h.ended is not None and h.ended.seq == h.last_seq for h in self._histories)
 
     @property
     def lost(self) -> bool:

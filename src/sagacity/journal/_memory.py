@@ -109,7 +109,10 @@ class InMemoryJournal:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
         with self._lock:
             held = self._leases.get(saga_id)
-            if held is not None and held.expires_at > now:
+            chain = self._sagas.get(saga_id)
+            ended = chain is not None and chain[-1].phase is Phase.ENDED
+            # A saga whose last entry is ENDED is free: its holder has nothing left to write.
+            if held is not None and held.expires_at > now and not ended:
                 raise busy(held)
             lease = SagaLease(
                 saga_id=saga_id,

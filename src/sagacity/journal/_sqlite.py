@@ -30,7 +30,10 @@ _TOKEN = "SELECT token FROM sagacity_lease WHERE saga_id = ?"
 _ACQUIRE = (
     "INSERT INTO sagacity_lease (saga_id, owner, token, expires_at) VALUES (?, ?, 1, ?) "
     "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, token = token + 1, "
-    "expires_at = excluded.expires_at WHERE sagacity_lease.expires_at <= ? RETURNING token"
+    "expires_at = excluded.expires_at WHERE sagacity_lease.expires_at <= ? "
+    # A saga whose last entry is ENDED is free: its holder has nothing left to write.
+    "OR (SELECT phase FROM sagacity_journal WHERE saga_id = excluded.saga_id "
+    "ORDER BY seq DESC LIMIT 1) = 'ENDED' RETURNING token"
 )
 _HOLDER = "SELECT owner, token, expires_at FROM sagacity_lease WHERE saga_id = ?"
 _SET_EXPIRY = "UPDATE sagacity_lease SET expires_at = ? WHERE saga_id = ? AND token = ?"

@@ -239,7 +239,10 @@ class PostgresJournal:
             f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at) "
             "VALUES (%s, %s, 1, %s) ON CONFLICT (saga_id) DO UPDATE SET "
             "owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at "
-            "WHERE l.expires_at <= %s RETURNING token"
+            "WHERE l.expires_at <= %s "
+            # A saga whose last entry is ENDED is free: its holder has nothing left to write.
+            f"OR (SELECT phase FROM {table} j WHERE j.saga_id = l.saga_id "
+            "ORDER BY seq DESC LIMIT 1) = 'ENDED' RETURNING token"
         )
         self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
         self._sql_set_expiry = (
