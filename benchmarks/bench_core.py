@@ -10,6 +10,10 @@ alternate one by one, the first of each pair swapping every time, so that drift 
 the disk's speed falls on both alike.
 
 Memory: the same call on `memory://`, timed over many calls per saga.
+
+A whole saga of one call: the saga's lease, INTENT, EXECUTED and ENDED, against the
+floor of the three commits the journal alone needs (INTENT, EXECUTED, ENDED): the ratio
+shows what the lease costs once per saga.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from sagacity import CompensationContext, Sagacity, SagaTool, compensable, compe
 from sagacity._sqlite import connect
 
 SQLITE_ROUNDS = 20
+SQLITE_SAGAS = 400
 SQLITE_CALLS_PER_ROUND = 100
 MEMORY_ROUNDS = 30
 MEMORY_CALLS_PER_ROUND = 500
@@ -51,12 +56,19 @@ def wrapped_tool(sagacity: Sagacity) -> SagaTool:
     return next(t for t in sagacity.wrap(Inventory()) if t.name == "reserve_inventory")
 
 
+_INTENT_ROW = '{"input":{"qty":2,"sku":"SKU-42"},"reversibility":"COMPENSATABLE"}'
+_EXECUTED_ROW = '{"result":"res-SKU-42-2"}'
+_ENDED_ROW = '{"outcome":"COMPLETED"}'
+
+
 def floor_pair(conn: sqlite3.Connection, saga_id: str, seq: int) -> None:
     """Two raw durable inserts of journal-shaped rows: the physical floor of one call."""
-    for offset, payload in (
-        (0, '{"input":{"qty":2,"sku":"SKU-42"},"reversibility":"COMPENSATABLE"}'),
-        (1, '{"result":"res-SKU-42-2"}'),
-    ):
+    floor_rows(conn, saga_id, seq, (_INTENT_ROW, _EXECUTED_ROW))
+
+
+def floor_rows(conn: sqlite3.Connection, saga_id: str, seq: int, payloads: tuple[str, ...]) -> None:
+    """Raw durable inserts of journal-shaped rows, one commit each."""
+    for offset, payload in enumerate(payloads):
         conn.execute("BEGIN")
         conn.execute(
             "INSERT INTO bench_floor VALUES (?, ?, 'INTENT', 'reserve_inventory', "
@@ -109,6 +121,40 @@ def measure_sqlite(folder: Path) -> tuple[list[float], list[float]]:
     return calls, floors
 
 
+def measure_sqlite_sagas(folder: Path) -> tuple[list[float], list[float]]:
+    """Seconds per one-call saga, and per three-commit floor, interleaved."""
+    path = folder / "sagas.db"
+    sagacity = Sagacity.from_url(f"sqlite:///{path}")
+    tool = wrapped_tool(sagacity)
+    floor = connect(path)
+    floor.execute(
+        "CREATE TABLE bench_floor (saga_id TEXT NOT NULL, seq INTEGER NOT NULL, phase TEXT, "
+        "tool_name TEXT, call_id TEXT, ref_seq INTEGER, payload TEXT NOT NULL, "
+        "recorded_at TEXT, prev_hash TEXT, hash TEXT, PRIMARY KEY (saga_id, seq)) WITHOUT ROWID"
+    )
+    sagas: list[float] = []
+    floors: list[float] = []
+    clock = time.perf_counter
+    gc.collect()
+    for n in range(SQLITE_SAGAS):
+        start = clock()
+        if n % 2:
+            sagacity.saga(f"one-{n}", lambda: tool("SKU-42", 2))
+            middle = clock()
+            floor_rows(floor, f"one-{n}", 1, (_INTENT_ROW, _EXECUTED_ROW, _ENDED_ROW))
+            sagas.append(middle - start)
+            floors.append(clock() - middle)
+        else:
+            floor_rows(floor, f"one-{n}", 1, (_INTENT_ROW, _EXECUTED_ROW, _ENDED_ROW))
+            middle = clock()
+            sagacity.saga(f"one-{n}", lambda: tool("SKU-42", 2))
+            floors.append(middle - start)
+            sagas.append(clock() - middle)
+    floor.close()
+    sagacity.close()
+    return sagas, floors
+
+
 def measure_memory() -> list[float]:
     """Mean seconds per journaled call, one value per saga of many calls."""
     per_call: list[float] = []
@@ -156,6 +202,7 @@ def main() -> None:
     load = os.getloadavg()[0]  # other work on the machine skews every figure: say how much
     with tempfile.TemporaryDirectory(dir=os.environ.get("SAGACITY_BENCH_DIR")) as folder:
         calls, floors = measure_sqlite(Path(folder))
+        sagas, saga_floors = measure_sqlite_sagas(Path(folder))
     memory = measure_memory()
     bare = measure_bare_call()
     ratio = statistics.median(calls) / statistics.median(floors)
@@ -178,6 +225,8 @@ def main() -> None:
         ("SQLite: journaled call (INTENT + EXECUTED)", calls),
         ("SQLite: floor, 2 x (INSERT + COMMIT)", floors),
         ("memory: journaled call (INTENT + EXECUTED)", memory),
+        ("SQLite: a one-call saga (lease + 3 appends)", sagas),
+        ("SQLite: floor, 3 x (INSERT + COMMIT)", saga_floors),
     ):
         print(
             f"| {label:<45} | {statistics.median(values) * us:6.1f} µs "
@@ -189,6 +238,11 @@ def main() -> None:
     print(
         f"SQLite call / floor: {ratio:.3f}x by medians, {ratio_of_means:.3f}x by means "
         f"(goal <= {SQLITE_GOAL}x: {verdict})"
+    )
+    saga_ratio = statistics.median(sagas) / statistics.median(saga_floors)
+    print(
+        f"SQLite one-call saga / its 3-commit floor: {saga_ratio:.3f}x by medians "
+        "(the lease is one commit a saga: about 4/3 expected)"
     )
     verdict = "met" if memory_us <= MEMORY_GOAL_US else "MISSED"
     print(f"memory: {memory_us:.1f} µs per call (goal <= {MEMORY_GOAL_US:.0f} µs: {verdict})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
@@ -53,9 +54,12 @@ class LeaseKeeper:
         self._wait = wait
         self._clock = clock
         self._owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
         self._histories: list[SagaHistory] = []
+        self._since: list[int] = []
+        """Each held history's last seq when it was held."""
+        self._interval = ttl.total_seconds() / 3
+        self.due = 0.0
+        """When the renewer renews next (`time.monotonic()`)."""
         self.lease: SagaLease | None = None
 
     def __enter__(self) -> LeaseKeeper:
@@ -73,10 +77,8 @@ class LeaseKeeper:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-        self._renewer = threading.Thread(
-            target=self._renew, name=f"sagacity-lease-{self._saga_id}", daemon=True
-        )
-        self._renewer.start()
+        self.due = time.monotonic() + self._interval
+        _renewer.hold(self)
         return self
 
     def __exit__(
@@ -85,41 +87,92 @@ class LeaseKeeper:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join()
+        _renewer.let_go(self)
         if self.lease is not None and not self.lost and not self._ended():
-            try:
+            # Not released, it expires on its own: the next worker waits for that.
+            with contextlib.suppress(JournalError):
                 self._journal.release_lease(self.lease)
-            except JournalError:
-                pass  # not released, it expires on its own: the next worker waits for that
 
     def hold(self, history: SagaHistory) -> SagaHistory:
         """Make `history`'s appends fenced by this lease; return it."""
         history.fence = self.lease
         self._histories.append(history)
+        self._since.append(history.last_seq)
         return history
 
     def _ended(self) -> bool:
-        """The saga's last entry is the ENDED this worker wrote: that frees the lease."""
-        return any(h.ended is not None and h.ended.seq == h.last_seq for h in self._histories)
+        """This worker ended the saga: that frees the lease (see `acquire_lease`)."""
+        return any(
+            history.ended is not None and history.ended.seq > since
+            for history, since in zip(self._histories, self._since, strict=True)
+        )
 
     @property
     def lost(self) -> bool:
         """True once the lease was found taken over."""
         return any(history.lease_lost for history in self._histories)
 
-    def _renew(self) -> None:
-        interval = self._ttl.total_seconds() / 3
-        while not self._stop.wait(interval):
-            assert self.lease is not None
-            try:
-                self.lease = self._journal.renew_lease(
-                    self.lease, expires_at=self._clock() + self._ttl
+    def renew(self) -> None:
+        """Renew the lease now (on the renewer's thread); note it lost if it was."""
+        self.due = time.monotonic() + self._interval
+        assert self.lease is not None
+        try:
+            self.lease = self._journal.renew_lease(self.lease, expires_at=self._clock() + self._ttl)
+        except LeaseLostError:
+            for history in self._histories:
+                history.lease_lost = True
+            self.due = float("inf")  # never again: the saga is another worker's
+        except JournalError:
+            pass  # the database is away: try again at the next turn; the lease may hold
+
+
+class _Renewer:
+    """One thread per process that renews every lease held here, each on its turn.
+
+    One thread for all, started on first use: a thread started and joined per saga
+    would cost more than the saga's own appends.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._held: set[LeaseKeeper] = set()
+        self._renewing: set[LeaseKeeper] = set()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, keeper: LeaseKeeper) -> None:
+        with self._changed:
+            self._held.add(keeper)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="sagacity-lease-renewer", daemon=True
                 )
-            except LeaseLostError:
-                for history in self._histories:
-                    history.lease_lost = True
-                return
-            except JournalError:
-                continue  # the database is away: try again; the lease may still hold
+                self._thread.start()
+            self._changed.notify()
+
+    def let_go(self, keeper: LeaseKeeper) -> None:
+        """Stop renewing `keeper`; wait for a renewal of it under way to finish.
+
+        A renewal that landed after the release would hold the saga again, for nobody.
+        """
+        with self._changed:
+            self._held.discard(keeper)
+            self._changed.wait_for(lambda: keeper not in self._renewing)
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                now = time.monotonic()
+                due = {keeper for keeper in self._held if keeper.due <= now}
+                if not due:
+                    nearest = min((keeper.due for keeper in self._held), default=None)
+                    self._changed.wait(None if nearest is None else nearest - now)
+                    continue
+                self._renewing = due
+            for keeper in due:  # renewed outside the lock: a renewal waits on the database
+                keeper.renew()
+            with self._changed:
+                self._renewing = set()
+                self._changed.notify_all()
+
+
+_renewer = _Renewer()

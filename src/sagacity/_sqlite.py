@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS sagacity_lease (
     saga_id    TEXT    PRIMARY KEY,
     owner      TEXT    NOT NULL,
     token      INTEGER NOT NULL,  -- grows at every acquisition: appends are fenced by it
-    expires_at TEXT    NOT NULL   -- UTC, six fraction digits, Z: sorts as it compares
+    expires_at TEXT    NOT NULL,  -- UTC, six fraction digits, Z: sorts as it compares
+    since_seq  INTEGER NOT NULL   -- the saga's last seq when taken: a later ENDED frees it
 ) WITHOUT ROWID;
 """
 

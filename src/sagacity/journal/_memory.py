@@ -39,6 +39,8 @@ class InMemoryJournal:
         self._lock = threading.Lock()
         self._sagas: dict[str, list[JournalEntry]] = {}
         self._leases: dict[str, SagaLease] = {}
+        self._since: dict[str, int] = {}
+        """Each lease's saga's last seq when it was taken: a later ENDED frees it."""
 
     def append(
         self,
@@ -109,11 +111,13 @@ class InMemoryJournal:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
         with self._lock:
             held = self._leases.get(saga_id)
-            chain = self._sagas.get(saga_id)
-            ended = chain is not None and chain[-1].phase is Phase.ENDED
-            # A saga whose last entry is ENDED is free: its holder has nothing left to write.
+            chain = self._sagas.get(saga_id, [])
+            since = self._since.get(saga_id, 0)
+            # A saga ended since the lease was taken is free: its holder has nothing left.
+            ended = any(e.phase is Phase.ENDED for e in chain[since:])
             if held is not None and held.expires_at > now and not ended:
                 raise busy(held)
+            self._since[saga_id] = len(chain)
             lease = SagaLease(
                 saga_id=saga_id,
                 owner=owner,

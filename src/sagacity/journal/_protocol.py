@@ -50,9 +50,9 @@ class SideEffectJournal(Protocol):
     ) -> SagaLease:
         """Take the saga's lease until `expires_at`, if it is free or expired at `now`.
 
-        A saga whose last entry is ENDED is free too: whoever ended it has nothing left
-        to write, so ending a saga releases its lease without a commit of its own. Each
-        acquisition gets a token greater than any before it for the saga.
+        A saga that ended since the lease was taken is free too: whoever ended it has
+        nothing left to do, so ending a saga releases its lease without a commit of its
+        own. Each acquisition gets a token greater than any before it for the saga.
 
         Raises:
             SagaBusyError: Another holder's lease runs past `now`; nothing was changed.

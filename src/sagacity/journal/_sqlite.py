@@ -28,12 +28,15 @@ _INSERT_FENCED = (
 _HEAD = "SELECT seq, hash FROM sagacity_journal WHERE saga_id = ? ORDER BY seq DESC LIMIT 1"
 _TOKEN = "SELECT token FROM sagacity_lease WHERE saga_id = ?"
 _ACQUIRE = (
-    "INSERT INTO sagacity_lease (saga_id, owner, token, expires_at) VALUES (?, ?, 1, ?) "
+    "INSERT INTO sagacity_lease (saga_id, owner, token, expires_at, since_seq) "
+    "VALUES (?1, ?2, 1, ?3, (SELECT coalesce(max(seq), 0) FROM sagacity_journal "
+    "WHERE saga_id = ?1)) "
     "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, token = token + 1, "
-    "expires_at = excluded.expires_at WHERE sagacity_lease.expires_at <= ? "
-    # A saga whose last entry is ENDED is free: its holder has nothing left to write.
-    "OR (SELECT phase FROM sagacity_journal WHERE saga_id = excluded.saga_id "
-    "ORDER BY seq DESC LIMIT 1) = 'ENDED' RETURNING token"
+    "expires_at = excluded.expires_at, since_seq = excluded.since_seq "
+    "WHERE sagacity_lease.expires_at <= ?4 "
+    # A saga ended since the lease was taken is free: its holder has nothing left to do.
+    "OR EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = ?1 AND j.phase = 'ENDED' "
+    "AND j.seq > sagacity_lease.since_seq) RETURNING token"
 )
 _HOLDER = "SELECT owner, token, expires_at FROM sagacity_lease WHERE saga_id = ?"
 _SET_EXPIRY = "UPDATE sagacity_lease SET expires_at = ? WHERE saga_id = ? AND token = ?"

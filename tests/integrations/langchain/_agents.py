@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+import rfc8785
 from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware
 from langchain.tools import ToolRuntime
@@ -15,8 +17,16 @@ from langchain_core.tools import BaseTool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, Interrupt
 
-from sagacity import CompensationContext, Reversibility, compensable, compensation
+from sagacity import (
+    CompensationContext,
+    Reversibility,
+    Sagacity,
+    SagaResult,
+    compensable,
+    compensation,
+)
 from sagacity.testing import FailOn
 
 
@@ -195,3 +205,87 @@ def tool_messages(state: dict[str, Any]) -> list[tuple[str, str, str]]:
         for m in state["messages"]
         if isinstance(m, ToolMessage)
     ]
+
+
+class GraphRun:
+    """One graph run against a saga: started, then resumed natively, sync or async.
+
+    `max_concurrency` is LangGraph's own config key: with 1, the calls of a hand-built
+    sync `ToolNode` and the tasks of a sync `create_agent` run one after the other.
+    """
+
+    def __init__(
+        self,
+        sagacity: Sagacity,
+        graph: Any,
+        *,
+        is_async: bool,
+        thread_id: str = "thread-1",
+        max_concurrency: int | None = None,
+    ) -> None:
+        self.sagacity = sagacity
+        self.graph = graph
+        self.is_async = is_async
+        self.config: Any = {"configurable": {"thread_id": thread_id}}
+        if max_concurrency is not None:
+            self.config["max_concurrency"] = max_concurrency
+
+    async def start(self, saga_id: str, request: Any) -> SagaResult:
+        """Run the graph on `request` as saga `saga_id`."""
+        if self.is_async:
+            return await self.sagacity.asaga(
+                saga_id, lambda: self.graph.ainvoke(request, self.config)
+            )
+        return self.sagacity.saga(saga_id, lambda: self.graph.invoke(request, self.config))
+
+    async def run_in(self, saga_id: str, request: Any) -> SagaResult:
+        """Run the graph on `request` inside the open saga `saga_id` (its native resume)."""
+        if self.is_async:
+            return await self.sagacity.aresume_saga(
+                saga_id, lambda: self.graph.ainvoke(request, self.config)
+            )
+        return self.sagacity.resume_saga(saga_id, lambda: self.graph.invoke(request, self.config))
+
+    async def resume(self, saga_id: str, value: Any) -> SagaResult:
+        """Resume the graph with LangGraph's own `Command(resume=value)` inside the saga."""
+        return await self.run_in(saga_id, Command(resume=value))
+
+    def interrupts(self) -> list[Interrupt]:
+        """The interrupts the graph waits on."""
+        return list(self.graph.get_state(self.config).interrupts)
+
+    def interrupt_of(self, call_id: str) -> Interrupt:
+        """The interrupt a call waits on."""
+        (found,) = [i for i in self.interrupts() if i.value["call_id"] == call_id]
+        return found
+
+    def state(self) -> dict[str, Any]:
+        """The graph's current state."""
+        values: dict[str, Any] = self.graph.get_state(self.config).values
+        return values
+
+
+def build_graph(
+    graph_kind: str, model: ScriptedChatModel, tools: Sequence[BaseTool], **options: Any
+) -> Any:
+    """A hand-built `ToolNode` graph or a `create_agent` agent, with a checkpointer."""
+    build = tool_node_graph if graph_kind == "tool_node" else prebuilt_agent
+    return build(model, tools, checkpointer=InMemorySaver(), **options)
+
+
+def journal_of(sagacity: Sagacity, saga_id: str) -> list[tuple[str, str | None, str | None]]:
+    """(phase, tool, call id) of every entry of the saga, in order."""
+    return [(e.phase.name, e.tool_name, e.call_id) for e in sagacity.history(saga_id)]
+
+
+def phases_by_call(sagacity: Sagacity, saga_id: str) -> dict[str | None, list[str]]:
+    """The phases of each call id, in order (calls that ran side by side interleave)."""
+    found: dict[str | None, list[str]] = {}
+    for entry in sagacity.history(saga_id):
+        found.setdefault(entry.call_id, []).append(entry.phase.name)
+    return found
+
+
+def input_sha256(value: dict[str, Any]) -> str:
+    """`sha256(JCS(input))`, as the journal records it."""
+    return hashlib.sha256(rfc8785.dumps(value)).hexdigest()

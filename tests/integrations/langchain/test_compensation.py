@@ -39,7 +39,9 @@ JOURNAL = [
     ("EXECUTED", "charge_card", "call-2"),
     ("INTENT", "ship_order", "call-3"),
     ("FAILED", "ship_order", "call-3"),
+    ("COMPENSATING", "charge_card", "call-2"),
     ("COMPENSATED", "charge_card", "call-2"),
+    ("COMPENSATING", "reserve_inventory", "call-1"),
     ("COMPENSATED", "reserve_inventory", "call-1"),
     ("ENDED", None, None),
 ]
@@ -202,6 +204,7 @@ class TestRetryMiddleware:
             ("FAILED", "reserve_inventory", "call-1"),
             ("INTENT", "reserve_inventory", "call-1"),
             ("EXECUTED", "reserve_inventory", "call-1"),
+            ("COMPENSATING", "reserve_inventory", "call-1"),
             ("COMPENSATED", "reserve_inventory", "call-1"),
             ("ENDED", None, None),
         ]

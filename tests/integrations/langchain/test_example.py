@@ -25,21 +25,23 @@ class TestExample:
             "order-1001: the model said 'All done: your order is on its way.'",
             "order-1001: COMPENSATED",
         ]
-        assert lines[4:13] == [
+        assert lines[4:15] == [
             "  1 INTENT reserve_inventory call-1",
             "  2 EXECUTED reserve_inventory call-1",
             "  3 INTENT charge_card call-2",
             "  4 EXECUTED charge_card call-2",
             "  5 INTENT ship_order call-3",
             "  6 FAILED ship_order call-3",
-            "  7 COMPENSATED charge_card call-2",
-            "  8 COMPENSATED reserve_inventory call-1",
-            "  9 ENDED",
+            "  7 COMPENSATING charge_card call-2",
+            "  8 COMPENSATED charge_card call-2",
+            "  9 COMPENSATING reserve_inventory call-1",
+            "  10 COMPENSATED reserve_inventory call-1",
+            "  11 ENDED",
         ]
-        assert lines[13] == (
+        assert lines[15] == (
             "wire-1002: AWAITING_APPROVAL: send_wire_transfer {'amount': '250.00', 'to': 'ACME'}"
         )
-        assert lines[15:] == [
+        assert lines[17:] == [
             "wire-1002: COMPLETED after alice approved",
             "  1 AWAITING_APPROVAL send_wire_transfer call-4",
             "  2 APPROVED send_wire_transfer call-4",

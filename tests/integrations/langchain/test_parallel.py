@@ -174,7 +174,7 @@ class TestCancelledSibling:
         assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert str(result.error) == "label printer jammed"
         assert phases_by_call(sagacity, "ship-1") == {
-            "call-1": ["INTENT", "EXECUTED", "COMPENSATED"],
+            "call-1": ["INTENT", "EXECUTED", "COMPENSATING", "COMPENSATED"],
             "call-2": ["INTENT", "FAILED"],
             "call-3": ["INTENT", "FAILED"],
             None: ["ENDED"],
@@ -237,7 +237,8 @@ class TestCancelledSibling:
         again = await sagacity.acompensate("ship-1")
 
         assert again.outcome is SagaOutcome.COMPENSATED
-        assert journal_of(sagacity, "ship-1")[-2:] == [
+        assert journal_of(sagacity, "ship-1")[-3:] == [
+            ("COMPENSATING", "book_pickup", "call-2"),
             ("COMPENSATED", "book_pickup", "call-2"),
             ("ENDED", None, None),
         ]

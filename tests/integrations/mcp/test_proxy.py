@@ -186,7 +186,9 @@ class TestSwallowedFailure:
                 ("EXECUTED", "charge_card", "charge_card#1"),
                 ("INTENT", "ship", "ship#1"),
                 ("FAILED", "ship", "ship#1"),
+                ("COMPENSATING", "charge_card", "charge_card#1"),
                 ("COMPENSATED", "charge_card", "charge_card#1"),
+                ("COMPENSATING", "reserve", "reserve#1"),
                 ("COMPENSATED", "reserve", "reserve#1"),
                 ("ENDED", None, None),
             ]

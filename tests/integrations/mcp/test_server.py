@@ -23,6 +23,7 @@ from sagacity import (
     Sagacity,
     SagaOutcome,
     compensable,
+    compensation,
     verify,
 )
 from sagacity.integrations.mcp import (
@@ -160,7 +161,9 @@ class TestSwallowedFailure:
             ("EXECUTED", "charge_card", "charge_card#1"),
             ("INTENT", "ship_order", "ship_order#1"),
             ("FAILED", "ship_order", "ship_order#1"),
+            ("COMPENSATING", "charge_card", "charge_card#1"),
             ("COMPENSATED", "charge_card", "charge_card#1"),
+            ("COMPENSATING", "reserve_inventory", "reserve_inventory#1"),
             ("COMPENSATED", "reserve_inventory", "reserve_inventory#1"),
             ("ENDED", None, None),
         ]
@@ -241,6 +244,7 @@ class TestEndReadsTheJournal:
             "FAILED",
             "INTENT",
             "EXECUTED",
+            "COMPENSATING",
             "COMPENSATED",
             "ENDED",
         ]
@@ -409,32 +413,83 @@ class TestSagaAcrossRequests:
         assert [e.phase.name for e in sagacity.history("w")] == ["INTENT", "EXECUTED", "ENDED"]
 
 
+class Drive:
+    """A cloud folder that asks the user to sign in (URL elicitation) until they have."""
+
+    def __init__(self) -> None:
+        self.signed_in = False
+        self.shared: list[str] = []
+        self.unshared: list[str] = []
+
+    @compensable(by="unshare")
+    def share_folder(self, folder: str) -> str:
+        """Share a cloud folder with the customer."""
+        self.shared.append(folder)  # the effect happens before the sign-in is asked for
+        if not self.signed_in:
+            raise UrlElicitationRequiredError(
+                [ElicitRequestURLParams(message="Sign in", url="https://example.com/o")]
+            )
+        return f"shared-{folder}"
+
+    @compensation
+    def unshare(self, ctx: CompensationContext) -> None:
+        self.unshared.append(ctx.result)
+
+
 class TestControlFlow:
-    async def test_url_elicitation_passes_through_without_failing_the_saga(self) -> None:
-        """URL elicitation passes through as control flow.
+    @pytest.mark.parametrize("call_id", [None, "toolu_5"], ids=["no-call-id", "call-id"])
+    async def test_a_url_elicitation_sent_again_runs_under_its_call_id(
+        self, call_id: str | None
+    ) -> None:
+        """URL elicitation passes through as control flow; the call sent again supersedes it.
 
-        MCP's URL elicitation request reaches the client as its protocol error; it is journaled as
-        control flow and the saga still ends COMPLETED.
+        MCP's URL elicitation request reaches the client as its protocol error and is
+        journaled FAILED of kind `control_flow`, which does not fail the saga. Once the
+        user signed in, the client sends the call again: with its `sagacity/call_id`, or
+        without one (then the call of that tool and input that left as control flow is
+        taken again). It runs under the same id, and the saga ends COMPLETED.
         """
-
-        class Files:
-            @compensable(by="undo")
-            def open_drive(self, folder: str) -> str:
-                """Open a cloud folder."""
-                raise UrlElicitationRequiredError(
-                    [ElicitRequestURLParams(message="Sign in", url="https://example.com/o")]
-                )
-
-            def undo(self) -> None:
-                """Nothing to undo."""
-
-        sagacity = Sagacity.from_url("memory://")
-        async with Client(mcp_server(sagacity, Files())) as client:
+        sagacity, drive = Sagacity.from_url("memory://"), Drive()
+        async with Client(mcp_server(sagacity, drive)) as client:
             with pytest.raises(MCPError) as raised:
-                await client.call_tool("open_drive", {"folder": "x"}, meta=meta("f"))
+                await client.call_tool("share_folder", {"folder": "x"}, meta=meta("f", call_id))
+            drive.signed_in = True
+            again = await client.call_tool("share_folder", {"folder": "x"}, meta=meta("f", call_id))
             ended = await request_end_saga(client, "f")
 
         assert raised.value.code == URL_ELICITATION_REQUIRED
-        failed = sagacity.history("f")[1]
-        assert (failed.phase, failed.payload["kind"]) == (Phase.FAILED, "control_flow")
-        assert ended.outcome == "COMPLETED"
+        assert text(again) == "shared-x"
+        expected_id = call_id or "share_folder#1"
+        assert phases(sagacity.history("f")) == [
+            ("INTENT", "share_folder", expected_id),
+            ("FAILED", "share_folder", expected_id),
+            ("INTENT", "share_folder", expected_id),
+            ("EXECUTED", "share_folder", expected_id),
+            ("ENDED", None, None),
+        ]
+        assert sagacity.history("f")[1].payload["kind"] == "control_flow"
+        assert (ended.outcome, ended.in_doubt) == ("COMPLETED", [])
+
+    async def test_an_elicitation_left_standing_is_in_doubt(self) -> None:
+        """A call that acted and then asked for a sign-in that never came is in doubt.
+
+        Ending the saga does not take the control-flow exit for "nothing happened": the
+        folder may be shared, its result is unknown. The saga is compensated (the
+        reservation is undone), the share is listed in doubt and never undone, and the
+        saga ends NEEDS_ATTENTION.
+        """
+        sagacity, drive, shop = Sagacity.from_url("memory://"), Drive(), Shop()
+        async with Client(mcp_server(sagacity, drive, shop)) as client:
+            await client.call_tool("reserve_inventory", {"sku": "A", "qty": 1}, meta=meta("g"))
+            with pytest.raises(MCPError):
+                await client.call_tool("share_folder", {"folder": "x"}, meta=meta("g"))
+            ended = await request_end_saga(client, "g")
+
+        assert (ended.outcome, ended.compensated, ended.in_doubt) == (
+            "NEEDS_ATTENTION",
+            ["reserve_inventory#1"],
+            ["share_folder#1"],
+        )
+        assert (drive.shared, drive.unshared) == (["x"], [])
+        assert shop.events == [("reserve_inventory", "A", 1), ("release_inventory", "res-A-1")]
+        assert sagacity.history("g")[-1].payload["in_doubt"] == ["share_folder#1"]

@@ -14,7 +14,10 @@ LangChain makes of it; only its `func` / `coroutine` is replaced by the journale
 That is below the place where `handle_tool_error`, `ToolNode(handle_tool_errors=...)` and
 agent middleware turn an exception into a `ToolMessage(status="error")`, so the journal
 sees the raw exception. IRREVERSIBLE tools pause the graph with LangGraph's `interrupt()`;
-see `docs/integrations/langchain.md`.
+a "no" in the resume value (`Command(resume={"approved": False})`) is journaled as a
+rejection and the call is not run, while a "yes" is never enough: sagacity's journal
+decides. A tool-call id names one call: a second call under it in one run is refused.
+See `docs/integrations/langchain.md`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from sagacity.integrations.langchain._graph import (
     APPROVAL_INTERRUPT,
     classify_langgraph_error,
 )
+from sagacity.integrations.langchain._resume import RESUME_SOURCE
 from sagacity.integrations.langchain._tools import (
     SagaStructuredTool,
     as_langchain_tool,
@@ -40,6 +44,7 @@ from sagacity.integrations.langchain._tools import (
 
 __all__ = [
     "APPROVAL_INTERRUPT",
+    "RESUME_SOURCE",
     "SagaStructuredTool",
     "as_langchain_tool",
     "classify_langgraph_error",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import NoReturn
 
 from langchain_core.runnables.config import var_child_runnable_config
@@ -16,6 +17,7 @@ from sagacity.tools import FailureKind
 
 __all__ = [
     "APPROVAL_INTERRUPT",
+    "INTERRUPT_LOCK",
     "can_interrupt",
     "classify_langgraph_error",
     "interrupt_value",
@@ -30,7 +32,9 @@ def classify_langgraph_error(error: BaseException) -> FailureKind | None:
     """Classify LangGraph's `GraphBubbleUp` as control flow, and nothing else.
 
     An `interrupt()`, a `Command(graph=PARENT)` or a drain request raised inside a tool
-    passes through the journal without failing the saga.
+    is journaled FAILED of kind `control_flow` and passed on: it does not fail the saga,
+    and as the tool may have acted before it raised, the call is in doubt until it runs
+    again under its call id (LangGraph re-runs the node on resume).
     """
     return FailureKind.CONTROL_FLOW if isinstance(error, GraphBubbleUp) else None
 
@@ -76,12 +80,22 @@ def interrupt_value(
     }
 
 
+INTERRUPT_LOCK = threading.Lock()
+"""Held around the `interrupt()` calls sagacity makes.
+
+`interrupt()` numbers a task's calls with a counter and hands each the resume value of
+its number (`langgraph/types.py`, `interrupt`); two threads of one `ToolNode` calling it
+at once can each take the other's number. sagacity's own calls take turns.
+"""
+
+
 def pause_graph(value: dict[str, JsonValue]) -> NoReturn:
     """Pause the graph with an interrupt carrying `value`.
 
     In a node that was resumed, `interrupt()` first hands back the resume values given
-    for this task's earlier interrupts, one per call. sagacity never takes such a value
-    for an approval (its own check decides), so it asks again until LangGraph pauses.
+    for this task's earlier interrupts, one per call. They were read before the call
+    got here (a "no" among them was honoured), so it asks again until LangGraph pauses.
     """
-    while True:
-        interrupt(value)
+    with INTERRUPT_LOCK:
+        while True:
+            interrupt(value)

@@ -6,7 +6,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
@@ -15,15 +15,18 @@ from langchain_core.utils.pydantic import get_fields
 from langgraph.types import Command
 from pydantic import Field, SkipValidation
 
-from sagacity._scope import current_scope
+from sagacity._scope import SagaScope, current_scope
+from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ReplayMismatchError
+from sagacity.integrations.langchain._calls import one_call_per_id
 from sagacity.integrations.langchain._graph import (
     can_interrupt,
     classify_langgraph_error,
     interrupt_value,
     pause_graph,
 )
+from sagacity.integrations.langchain._resume import decline_if_refused
 from sagacity.tools import SagaTool, awaiting_approval_message
 
 if TYPE_CHECKING:
@@ -196,15 +199,20 @@ def _sync_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
     @functools.wraps(tool.func)
     def call(*args: Any, **kwargs: Any) -> Any:
         call_id = _tool_call_id.get()
-        this_call = _Ran()
-        token = _this_call.set(this_call)
-        try:
-            result = tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
-        except ApprovalError as refusal:
-            _pause_refused(tool, call_id, refusal)
-            raise
-        finally:
-            _this_call.reset(token)
+        scope = current_scope()
+        with one_call_per_id(tool, scope, call_id, args, kwargs):
+            rejected = _rejected(tool, scope, call_id, args, kwargs)
+            if rejected is not None:
+                return _as_output(rejected, response_format)
+            this_call = _Ran()
+            token = _this_call.set(this_call)
+            try:
+                result = tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+            except ApprovalError as refusal:
+                _pause_refused(tool, call_id, refusal)
+                raise
+            finally:
+                _this_call.reset(token)
         return _returned(tool, call_id, result, response_format, ran=this_call.ran)
 
     return call
@@ -216,15 +224,20 @@ def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
     @functools.wraps(tool.func)
     async def call(*args: Any, **kwargs: Any) -> Any:
         call_id = _tool_call_id.get()
-        this_call = _Ran()
-        token = _this_call.set(this_call)
-        try:
-            result = await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
-        except ApprovalError as refusal:
-            _pause_refused(tool, call_id, refusal)
-            raise
-        finally:
-            _this_call.reset(token)
+        scope = current_scope()
+        with one_call_per_id(tool, scope, call_id, args, kwargs):
+            rejected = _rejected(tool, scope, call_id, args, kwargs)
+            if rejected is not None:
+                return _as_output(rejected, response_format)
+            this_call = _Ran()
+            token = _this_call.set(this_call)
+            try:
+                result = await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+            except ApprovalError as refusal:
+                _pause_refused(tool, call_id, refusal)
+                raise
+            finally:
+                _this_call.reset(token)
         return _returned(tool, call_id, result, response_format, ran=this_call.ran)
 
     return call
@@ -281,12 +294,39 @@ def _langgraph_output(result: Any) -> str | None:
     return None
 
 
+def _rejected(
+    tool: SagaTool,
+    scope: SagaScope | None,
+    call_id: str | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> str | None:
+    """The model's text for a paused call that the graph's resume value rejected, if any.
+
+    Read before sagacity's check, so that a "no" stops the call even when sagacity holds
+    an approval for it. Only an IRREVERSIBLE call in a checkpointed graph can have been
+    paused and resumed.
+    """
+    if (
+        scope is None
+        or call_id is None
+        or tool.reversibility is not Reversibility.IRREVERSIBLE
+        or not can_interrupt()
+    ):
+        return None
+    return decline_if_refused(tool, scope, call_id, args, kwargs)
+
+
+def _as_output(message: str, response_format: str) -> Any:
+    """A text for the model, in the shape the tool's `response_format` makes LangChain expect."""
+    return (message, None) if response_format == "content_and_artifact" else message
+
+
 def _approval_handler(tool: SagaTool, response_format: str) -> Callable[[ApprovalRequest], Any]:
     def pause(request: ApprovalRequest) -> Any:
         if not can_interrupt():
             # Outside a checkpointed graph nothing can pause: tell the model instead.
-            message = awaiting_approval_message(request)
-            return (message, None) if response_format == "content_and_artifact" else message
+            return _as_output(awaiting_approval_message(request), response_format)
         return pause_graph(
             interrupt_value(
                 request,

@@ -19,7 +19,8 @@ their own signatures, below the place where MCP turns an exception into a generi
 server's tools under sagas, with compensations that call other upstream tools. MCP has
 no native pause: an IRREVERSIBLE call answers the `[AWAITING_APPROVAL]` text, and once
 `Sagacity.approve` has recorded a human's approval, sending the call again runs it once.
-See `docs/integrations/mcp.md`.
+A `sagacity/call_id` names one call: another tool under it, or a second request under it
+while the first still runs, is refused before it runs. See `docs/integrations/mcp.md`.
 """
 
 from __future__ import annotations

@@ -24,17 +24,23 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 # No public API opens a saga's scope for one request while the saga stays open across
 # requests, as `Sagacity.saga` does for one call of its work: the scope, its context
 # variable and the journal index below are internal, used in this module only.
-from sagacity._history import SagaHistory
+from sagacity._history import CONTROL_FLOW, SagaHistory, payload_of
 from sagacity._scope import SagaScope, _scope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import SagacityError, SagaNotFoundError, SagaStateError
+from sagacity.errors import (
+    ReplayMismatchError,
+    SagacityError,
+    SagaNotFoundError,
+    SagaStateError,
+    SerializationError,
+)
 from sagacity.integrations.mcp._wire import (
     SAGA_ID_META,
     EndSagaParams,
     EndSagaResult,
 )
-from sagacity.journal import sha256_hex
+from sagacity.journal import Phase, sha256_hex
 from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.tools import SagaTool, awaiting_approval_message
 
@@ -52,10 +58,12 @@ async def end_saga(sagacity: Sagacity, saga_id: str) -> SagaResult:
     """End a saga whose calls came over MCP, from the server's side.
 
     Waits for the saga's calls still running in this process, then reads the journal:
-    a failed call (or one whose outcome is unknown) compensates the saga in reverse
-    order; an approval request still pending leaves it open with outcome
-    AWAITING_APPROVAL (approve and call again, or `Sagacity.reject`); otherwise it ends
-    COMPLETED. Ending a saga that has ended returns its recorded outcome.
+    a failed call, or one that may have had its effect with no result known (an unknown
+    outcome, an INTENT without an outcome, a control-flow exit not sent again),
+    compensates the saga in reverse order, the latter listed in doubt (NEEDS_ATTENTION);
+    an approval request still pending leaves it open with outcome AWAITING_APPROVAL
+    (approve and call again, or `Sagacity.reject`); otherwise it ends COMPLETED. Ending a
+    saga that has ended returns its recorded outcome.
 
     Raises:
         SagaNotFoundError: The journal has nothing for `saga_id`.
@@ -70,7 +78,7 @@ async def end_saga(sagacity: Sagacity, saga_id: str) -> SagaResult:
 class ToolCall:
     """One `tools/call` inside a saga: picks its call id and notes an approval wait."""
 
-    __slots__ = ("awaiting", "call_id", "saga")
+    __slots__ = ("awaiting", "call_id", "claimed", "saga")
 
     def __init__(self, saga: _OpenSaga, call_id: str | None) -> None:
         self.saga = saga
@@ -78,23 +86,46 @@ class ToolCall:
         """The id the client sent in `_meta["sagacity/call_id"]`, if any."""
         self.awaiting: ApprovalRequest | None = None
         """Set when the call waits for approval instead of running."""
+        self.claimed: str | None = None
+        """The call id this request runs under, held until the request returns."""
 
     def call_id_for(self, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
-        """The call id this call is journaled under.
+        """The call id this call is journaled under, held by this request until it returns.
 
         The client's `sagacity/call_id` when it sent one. Otherwise, for an IRREVERSIBLE
         tool with a request still waiting in this saga, that request's call: sending the
-        approved input again runs it, other input is refused. Otherwise the next
-        `tool#n` of the saga, counted from the journal.
+        approved input again runs it, other input is refused. Otherwise, for a tool whose
+        call with the same input left through MCP's control flow (a URL elicitation),
+        that call: sent again, it runs again under its id. Otherwise the next `tool#n` of
+        the saga, counted from the journal.
+
+        Raises:
+            ReplayMismatchError: Another request of the saga is running under the id
+                (journaled REFUSED; nothing runs).
         """
-        if self.call_id is not None:
-            return self.call_id
-        with self.saga.scope.lock:
-            if tool.reversibility is Reversibility.IRREVERSIBLE:
-                waiting = self.saga.waiting_call(tool.name, sha256_hex(tool.input_of(args, kwargs)))
-                if waiting is not None:
-                    return waiting
-            return self.saga.next_call_id(tool.name)
+        saga = self.saga
+        with saga.scope.lock:
+            call_id = self.call_id or self._earlier_call(tool, args, kwargs)
+            if call_id is None:
+                call_id = saga.next_call_id(tool.name)
+            saga.claim(call_id, tool, args, kwargs)
+            self.claimed = call_id
+            return call_id
+
+    def _earlier_call(
+        self, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> str | None:
+        """The journaled call that a call without a client id continues, if any."""
+        try:
+            digest = sha256_hex(tool.input_of(args, kwargs))
+        except (SerializationError, TypeError):
+            return None  # the core refuses the call, and journals why
+        waiting = (
+            self.saga.waiting_call(tool.name, digest)
+            if tool.reversibility is Reversibility.IRREVERSIBLE
+            else None
+        )
+        return waiting or self.saga.left_call(tool.name, digest)
 
     def approval_needed(self, request: ApprovalRequest) -> str:
         """The `on_approval_needed` handler: note the request, answer the waiting text."""
@@ -115,13 +146,62 @@ def current_tool_call() -> ToolCall | None:
 class _OpenSaga:
     """A saga with calls running in this process; dropped when the last one returns."""
 
-    __slots__ = ("counters", "idle", "running", "scope")
+    __slots__ = ("counters", "idle", "running", "running_ids", "scope")
 
     def __init__(self, scope: SagaScope) -> None:
         self.scope = scope
         self.counters: dict[str, int] = {}
         self.running = 0
+        self.running_ids: set[str] = set()
+        """Call ids that a request of this saga is running under now."""
         self.idle: asyncio.Event | None = None
+
+    def claim(
+        self, call_id: str, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> None:
+        """Hold `call_id` for one request, refusing a second request under it meanwhile.
+
+        A client that sends two calls under one `sagacity/call_id` at once (two calls of
+        a model turn given one id, or a retry while the first attempt still runs) would
+        otherwise have them share a journal entry, an approval request or a replayed
+        result. The second is refused before anything of it runs; once the first has
+        returned, the id is the journal's: the same call again replays, another call is
+        refused by the core.
+
+        Raises:
+            ReplayMismatchError: A request of this saga is running under `call_id`.
+        """
+        scope = self.scope
+        with scope.lock:
+            if call_id not in self.running_ids:
+                self.running_ids.add(call_id)
+                return
+            try:
+                digest: str | None = sha256_hex(tool.input_of(args, kwargs))
+            except (SerializationError, TypeError):
+                digest = None
+            refusal = ReplayMismatchError(
+                f"saga {scope.saga_id!r}: call id {call_id!r} is in use by another request of "
+                f"the saga that is still running; this call of tool {tool.name!r} is not run. "
+                "Give every call its own id, and send a call again only once it has answered"
+            )
+            scope.append(
+                Phase.REFUSED,
+                tool_name=tool.name,
+                call_id=call_id,
+                payload={
+                    "reason": "duplicate_call_id",
+                    "request_id": None,
+                    "input_sha256": digest,
+                    "error": str(refusal),
+                },
+            )
+            raise refusal
+
+    def release(self, call_id: str) -> None:
+        """Let `call_id` be used again: the request holding it has returned."""
+        with self.scope.lock:
+            self.running_ids.discard(call_id)
 
     def next_call_id(self, tool_name: str) -> str:
         """`tool#n`, one past every id of that form in the journal or handed out here."""
@@ -134,6 +214,18 @@ class _OpenSaga:
         number = max([self.counters.get(tool_name, 0), *journaled]) + 1
         self.counters[tool_name] = number
         return f"{tool_name}#{number}"
+
+    def left_call(self, tool_name: str, input_sha256: str) -> str | None:
+        """The newest call of this tool and input whose latest attempt left as control flow."""
+        for call in reversed(self.scope.history.latest_call.values()):
+            if (
+                call.intent.tool_name == tool_name
+                and call.kind == CONTROL_FLOW
+                and sha256_hex(payload_of(call.intent).get("input")) == input_sha256
+                and call.intent.call_id is not None
+            ):
+                return call.intent.call_id
+        return None
 
     def waiting_call(self, tool_name: str, input_sha256: str) -> str | None:
         """The call id of a stored approval request of this tool: same input first, then newest."""
@@ -170,6 +262,8 @@ class OpenSagas:
         finally:
             _tool_call.reset(call_token)
             _scope.reset(scope_token)
+            if call.claimed is not None:
+                saga.release(call.claimed)
             self._leave(saga_id, saga)
 
     def _enter(self, saga_id: str) -> _OpenSaga:
@@ -238,9 +332,13 @@ class OpenSagas:
             )
         if history.ended is not None:
             return SagaResult(saga_id=saga_id, outcome=SagaOutcome(history.outcome))
-        # No call of the saga runs in this process now, so an INTENT without an outcome
-        # is in doubt: like a failure, it makes the saga compensate (and is never undone).
-        if history.has_failed_call() or any(c.outcome is None for c in history.calls.values()):
+        # No call of the saga runs in this process now, so a call that may have had its
+        # effect with no result known is in doubt: an INTENT without an outcome, an unknown
+        # outcome, or a control-flow exit (a URL elicitation) that was not sent again. Like
+        # a failure, it makes the saga compensate, and it is listed, never undone.
+        if history.has_failed_call() or any(
+            history.may_have_run(call) for call in history.calls.values()
+        ):
             return await self.sagacity.acompensate(saga_id)
         pending = self.sagacity.pending(saga_id)
         if pending:

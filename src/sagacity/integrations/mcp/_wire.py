@@ -135,7 +135,8 @@ class EndSagaResult(Result):
     saga_id: str
     """The saga."""
     outcome: str
-    """A `SagaOutcome` value: COMPLETED, COMPENSATED, COMPENSATION_FAILED or AWAITING_APPROVAL."""
+    """A `SagaOutcome` value: COMPLETED, COMPENSATED, COMPENSATION_FAILED, NEEDS_ATTENTION
+    (compensated, with calls in doubt) or AWAITING_APPROVAL."""
     compensated: list[str] = Field(default_factory=list)
     """Call ids whose compensation ran, in the order they ran."""
     compensation_failed: list[str] = Field(default_factory=list)

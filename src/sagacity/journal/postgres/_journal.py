@@ -236,13 +236,15 @@ class PostgresJournal:
         ).encode()
         self._sql_token = f"SELECT token FROM {leases} WHERE saga_id = %s"
         self._sql_acquire = (
-            f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at) "
-            "VALUES (%s, %s, 1, %s) ON CONFLICT (saga_id) DO UPDATE SET "
-            "owner = excluded.owner, token = l.token + 1, expires_at = excluded.expires_at "
-            "WHERE l.expires_at <= %s "
-            # A saga whose last entry is ENDED is free: its holder has nothing left to write.
-            f"OR (SELECT phase FROM {table} j WHERE j.saga_id = l.saga_id "
-            "ORDER BY seq DESC LIMIT 1) = 'ENDED' RETURNING token"
+            f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
+            "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
+            f"(SELECT coalesce(max(seq), 0) FROM {table} WHERE saga_id = %(saga)s)) "
+            "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, "
+            "token = l.token + 1, expires_at = excluded.expires_at, "
+            "since_seq = excluded.since_seq WHERE l.expires_at <= %(now)s "
+            # A saga ended since the lease was taken is free: its holder has nothing left.
+            f"OR EXISTS (SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id "
+            "AND j.phase = 'ENDED' AND j.seq > l.since_seq) RETURNING token"
         )
         self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
         self._sql_set_expiry = (
@@ -537,7 +539,8 @@ class PostgresJournal:
         def acquire(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...] | None:
             with conn.transaction():
                 granted = conn.execute(
-                    self._sql_acquire, (saga_id, owner, expires_at, now)
+                    self._sql_acquire,
+                    {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now},
                 ).fetchone()
                 if granted is not None:
                     return (owner, granted[0], expires_at)

@@ -108,7 +108,8 @@ _SCHEMA_V2 = [
         saga_id    text COLLATE "C" PRIMARY KEY,
         owner      text   NOT NULL,
         token      bigint NOT NULL,
-        expires_at timestamptz NOT NULL
+        expires_at timestamptz NOT NULL,
+        since_seq  bigint NOT NULL
     )
     """,
     "DROP FUNCTION IF EXISTS {s}sagacity_append_locked("
