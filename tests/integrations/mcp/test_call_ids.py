@@ -8,6 +8,7 @@ at once, or a second call of other input under a used id, never share its reques
 from __future__ import annotations
 
 import asyncio
+import datetime
 from typing import Any
 
 import pytest
@@ -268,3 +269,34 @@ class TestOneIdForTwoCalls:
             ("INTENT", "pack", "pack#1"),
             ("EXECUTED", "pack", "pack#1"),
         ]
+
+
+MINUTE = datetime.timedelta(minutes=1)
+
+
+class TestOneWorkerPerSaga:
+    async def test_a_saga_held_elsewhere_refuses_the_call(self, sqlite_url: str) -> None:
+        """While another worker holds the saga, an MCP call of it is refused and runs nothing.
+
+        Once the other worker is done, the next call of the saga runs.
+        """
+        sagacity, other, shop = Sagacity.from_url(sqlite_url), Sagacity.from_url(sqlite_url), Shop()
+        lease = other.journal.acquire_lease(
+            "pay-9", "another-worker", now=other.now(), expires_at=other.now() + MINUTE
+        )
+        try:
+            async with Client(mcp_server(sagacity, shop)) as client:
+                refused = await client.call_tool(
+                    "reserve_inventory", {"sku": "SKU-1", "qty": 1}, meta=meta("pay-9")
+                )
+                other.journal.release_lease(lease)
+                ran = await client.call_tool(
+                    "reserve_inventory", {"sku": "SKU-1", "qty": 1}, meta=meta("pay-9")
+                )
+            assert refused.is_error
+            assert "is held by another-worker" in text(refused)
+            assert not ran.is_error
+            assert [name for name, *_ in shop.events] == ["reserve_inventory"]
+        finally:
+            sagacity.close()
+            other.close()

@@ -25,6 +25,7 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 # requests, as `Sagacity.saga` does for one call of its work: the scope, its context
 # variable and the journal index below are internal, used in this module only.
 from sagacity._history import CONTROL_FLOW, SagaHistory, payload_of
+from sagacity._leasing import LeaseKeeper
 from sagacity._scope import SagaScope, _scope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
@@ -146,10 +147,12 @@ def current_tool_call() -> ToolCall | None:
 class _OpenSaga:
     """A saga with calls running in this process; dropped when the last one returns."""
 
-    __slots__ = ("counters", "idle", "running", "running_ids", "scope")
+    __slots__ = ("counters", "idle", "keeper", "running", "running_ids", "scope")
 
-    def __init__(self, scope: SagaScope) -> None:
+    def __init__(self, scope: SagaScope, keeper: LeaseKeeper) -> None:
         self.scope = scope
+        self.keeper = keeper
+        """The saga's lease, held while any request of it runs in this process."""
         self.counters: dict[str, int] = {}
         self.running = 0
         self.running_ids: set[str] = set()
@@ -274,7 +277,7 @@ class OpenSagas:
                 )
             saga = self._open.get(saga_id)
             if saga is None:
-                saga = _OpenSaga(SagaScope(self.sagacity, saga_id, SagaHistory(saga_id)))
+                saga = self._hold(saga_id)
                 self._open[saga_id] = saga
             saga.running += 1
         try:
@@ -297,12 +300,31 @@ class OpenSagas:
             raise
         return saga
 
+    def _hold(self, saga_id: str) -> _OpenSaga:
+        """Take the saga's lease for the requests of it this process runs at once.
+
+        Raises:
+            SagaBusyError: Another worker (another process, or `Sagacity.compensate`)
+                holds the saga.
+        """
+        sagacity = self.sagacity
+        keeper = LeaseKeeper(
+            sagacity.journal,
+            saga_id,
+            ttl=sagacity.lease_ttl,
+            wait=sagacity.lease_wait,
+            clock=sagacity.now,
+        ).__enter__()
+        history = SagaHistory.of(saga_id, sagacity.history(saga_id))  # read once it is held
+        return _OpenSaga(SagaScope(sagacity, saga_id, keeper.hold(history)), keeper)
+
     def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
         with self._lock:
             saga.running -= 1
             if saga.running == 0:
                 if self._open.get(saga_id) is saga:
                     del self._open[saga_id]
+                saga.keeper.__exit__(None, None, None)  # the last request let go
                 if saga.idle is not None:
                     saga.idle.set()
 
