@@ -359,28 +359,10 @@ class TestRejected:
             ("EXECUTED", "reserve_inventory", "call-1"),
             ("AWAITING_APPROVAL", "send_wire_transfer", "call-2"),
             ("REJECTED", "send_wire_transfer", "call-2"),
+            ("COMPENSATING", "reserve_inventory", "call-1"),
             ("COMPENSATED", "reserve_inventory", "call-1"),
             ("ENDED", None, None),
         ]
-
-    async def test_rejected_only_in_the_sdk_the_saga_waits(self, sagacity: Sagacity) -> None:
-        """`state.reject` alone ends the run without the call; the saga waits for a decision.
-
-        Sagacity.reject then ends it COMPENSATED.
-        """
-        orders = Orders()
-        agent = agent_with(wire_model(), function_tools(sagacity, orders))
-        _, run = await run_until_paused(sagacity, "wire-9", agent)
-        state = run.to_state()
-        state.reject(run.interruptions[0])
-
-        waiting = await sagacity.aresume_saga("wire-9", lambda: Runner.run(agent, state))
-        rejected = sagacity.reject("wire-9", approver="alice", reason="not needed")
-
-        assert waiting.outcome is SagaOutcome.AWAITING_APPROVAL
-        assert waiting.value.final_output == "done"
-        assert rejected.outcome is SagaOutcome.COMPENSATED
-        assert orders.log == ["reserve SKU-1 x1", "release res-SKU-1-1"]
 
 
 class Ledger:

@@ -59,7 +59,9 @@ class TestSwallowedFailure:
             ("EXECUTED", "charge_card", "call-2"),
             ("INTENT", "ship", "call-3"),
             ("FAILED", "ship", "call-3"),
+            ("COMPENSATING", "charge_card", "call-2"),
             ("COMPENSATED", "charge_card", "call-2"),
+            ("COMPENSATING", "reserve_inventory", "call-1"),
             ("COMPENSATED", "reserve_inventory", "call-1"),
             ("ENDED", None, None),
         ]
@@ -90,6 +92,7 @@ class TestSwallowedFailure:
             "EXECUTED",
             "INTENT",
             "FAILED",
+            "COMPENSATING",
             "COMPENSATED",
             "ENDED",
         ]

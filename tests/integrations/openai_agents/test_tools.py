@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import pydantic
 import pytest
 from agents import (
+    Agent,
     FunctionTool,
     RunContextWrapper,
     Runner,
@@ -159,7 +160,12 @@ class TestExports:
         """The adapter's public names are pinned: a change here is an API change."""
         import sagacity.integrations.openai_agents as adapter
 
-        assert adapter.__all__ == ["as_function_tool", "classify_agents_error", "function_tools"]
+        assert adapter.__all__ == [
+            "REJECTION_SOURCE",
+            "as_function_tool",
+            "classify_agents_error",
+            "function_tools",
+        ]
 
 
 class TestSchema:
@@ -430,6 +436,27 @@ class TestConfiguration:
         sagacity = Sagacity.from_url("memory://")
         with pytest.raises(ConfigurationError, match="'publish' is IRREVERSIBLE"):
             function_tools(sagacity, publish, needs_approval=False)
+
+    @pytest.mark.parametrize("enabled", [True, False])
+    async def test_irreversible_tool_keeps_its_own_is_enabled(self, enabled: bool) -> None:
+        """An IRREVERSIBLE tool's `is_enabled` (a flag or a callable) still decides.
+
+        sagacity's rejection watch runs first and answers what the tool's own option says.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        wire = {t.name: t for t in sagacity.wrap(Orders())}["send_wire_transfer"]
+        agent = Agent(name="orders")
+        asked: list[str] = []
+
+        async def only_when(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            asked.append(agent.name)
+            return enabled
+
+        for option in (enabled, only_when):
+            built = as_function_tool(wire, is_enabled=option)
+            assert callable(built.is_enabled)
+            assert await built.is_enabled(RunContextWrapper(None), agent) is enabled
+        assert asked == ["orders"]
 
     def test_compensable_tool_keeps_an_sdk_approval(self) -> None:
         """On a compensable tool `needs_approval` is the SDK's own, passed through."""

@@ -16,7 +16,6 @@ from pydantic_ai import (
 
 from sagacity import (
     ApprovalHashMismatchError,
-    ApprovalMissingError,
     ApprovalRejectedError,
     ConfigurationError,
     Sagacity,
@@ -250,22 +249,28 @@ class TestApprovedResume:
 
 
 class TestRefusals:
-    async def test_approved_in_pydantic_ai_only_is_refused(self, sagacity: Sagacity) -> None:
-        """PydanticAI's approval alone runs nothing.
+    async def test_approved_in_pydantic_ai_only_is_deferred_again(self, sagacity: Sagacity) -> None:
+        """PydanticAI's approval alone runs nothing: the run pauses again at the same call.
 
-        The resume raises ApprovalMissingError and the journal gains nothing; a proper approval
-        then runs the call once.
+        The journal gains nothing, the request stays as it was, and a proper approval then
+        runs the call once on the next resume.
         """
         shop, model = OrderTools(), wire_model()
         run = await pause(sagacity, shop, model)
+        [request] = sagacity.pending("payout-1")
 
-        with pytest.raises(ApprovalMissingError, match="payout-1"):
-            await resume(sagacity, shop, ScriptedModel(), run, True)
+        again = await resume(sagacity, shop, ScriptedModel(), run, True)
 
+        assert again.outcome is SagaOutcome.AWAITING_APPROVAL
+        output = again.value.output
+        assert isinstance(output, DeferredToolRequests)
+        assert [c.tool_call_id for c in output.approvals] == ["call-w"]
+        assert output.metadata["call-w"]["sagacity"] == request.to_json()
+        assert [r.request_id for r in again.pending] == [request.request_id]
         assert shop.calls == []
         assert journal_of(sagacity, "payout-1") == PAUSED
         sagacity.approve("payout-1", approver="alice@ops")
-        result = await resume(sagacity, shop, model, run, True)
+        result = await resume(sagacity, shop, model, again.value, True)
         assert result.outcome is SagaOutcome.COMPLETED
         assert counts(shop)["send_wire"] == 1
 
@@ -292,23 +297,6 @@ class TestRefusals:
         result = await resume(sagacity, shop, model, run, True)
         assert result.outcome is SagaOutcome.COMPLETED
         assert shop.calls == [("send_wire", WIRE)]
-
-    async def test_denied_in_pydantic_ai_leaves_the_request_pending(
-        self, sagacity: Sagacity
-    ) -> None:
-        """A denial in PydanticAI leaves sagacity's request pending.
-
-        It only tells the model; the request waits until it is approved or rejected through
-        sagacity.
-        """
-        shop = OrderTools()
-        run = await pause(sagacity, shop, wire_model())
-
-        result = await resume(sagacity, shop, ScriptedModel("Not sent."), run, False)
-
-        assert result.outcome is SagaOutcome.AWAITING_APPROVAL
-        assert [r.call_id for r in result.pending] == ["call-w"]
-        assert shop.calls == []
 
     async def test_rejected_request_compensates_and_cannot_be_resumed(
         self, sagacity: Sagacity

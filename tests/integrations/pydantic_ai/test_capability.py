@@ -120,7 +120,9 @@ class TestForeignTools:
             ("INTENT", "ship_order", "c-5"),
             ("FAILED", "ship_order", "c-5"),
             ("COMPENSATION_FAILED", "close_ticket", "c-4"),
+            ("COMPENSATING", "send_email", "c-3"),
             ("COMPENSATED", "send_email", "c-3"),
+            ("COMPENSATING", "reserve_inventory", "c-2"),
             ("COMPENSATED", "reserve_inventory", "c-2"),
             ("ENDED", None, None),
         ]
@@ -284,6 +286,7 @@ class TestForeignTools:
             ("EXECUTED", "send_email", "c-2"),
             ("INTENT", "close_ticket", "c-3"),
             ("FAILED", "close_ticket", "c-3"),
+            ("COMPENSATING", "send_email", "c-2"),
             ("COMPENSATED", "send_email", "c-2"),
             ("ENDED", None, None),
         ]

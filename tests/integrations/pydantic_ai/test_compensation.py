@@ -9,22 +9,30 @@ import warnings
 from typing import Any
 
 import pytest
-from pydantic_ai import DeferredToolRequests, FunctionToolset, RunContext
+from pydantic_ai import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    FunctionToolset,
+    RunContext,
+    ToolDenied,
+)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, ToolFailed
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDefinition
 
 from sagacity import (
+    CompensationContext,
     CurrentCall,
     FailureKind,
     NoSagaError,
     Sagacity,
     SagaOutcome,
+    SagaStateError,
     compensable,
     verify,
 )
-from sagacity.integrations.pydantic_ai import classify_exception, saga_toolset
+from sagacity.integrations.pydantic_ai import SagaCapability, classify_exception, saga_toolset
 from tests.integrations.pydantic_ai._agents import (
     OrderTools,
     ScriptedModel,
@@ -48,7 +56,9 @@ JOURNAL = [
     ("EXECUTED", "charge_card", "call-2"),
     ("INTENT", "ship_order", "call-3"),
     ("FAILED", "ship_order", "call-3"),
+    ("COMPENSATING", "charge_card", "call-2"),
     ("COMPENSATED", "charge_card", "call-2"),
+    ("COMPENSATING", "reserve_inventory", "call-1"),
     ("COMPENSATED", "reserve_inventory", "call-1"),
     ("ENDED", None, None),
 ]
@@ -304,8 +314,9 @@ class TestFrameworkExceptions:
         """CallDeferred passes through without failing the saga, which stays open.
 
         A tool that defers itself is control flow: the run ends with DeferredToolRequests, the
-        call is journaled neither executed nor in doubt, and the saga is SUSPENDED so that
-        the run can be resumed with the deferred results.
+        call is journaled FAILED `control_flow` (its effect may exist: see
+        TestEffectBeforeControlFlow), and the saga is SUSPENDED so that the run can be resumed
+        with the deferred results.
         """
 
         @compensable(by=lambda: None)
@@ -340,6 +351,242 @@ class TestFrameworkExceptions:
         assert classify_exception(timed_out) is FailureKind.OUTCOME_UNKNOWN
         assert classify_exception(ToolFailed("no")) is None
         assert classify_exception(RuntimeError("no")) is None
+
+
+class Printer:
+    """A label printer whose tool prints first, then leaves the rest to the framework.
+
+    `then` is what `print_label` raises after printing; every label printed and every
+    undo is logged.
+    """
+
+    def __init__(self, then: BaseException) -> None:
+        self.then = then
+        self.printed: list[str] = []
+        self.undone: list[Any] = []
+
+    @compensable(by="void_label")
+    def print_label(self, order: str) -> str:
+        """Print a shipping label."""
+        self.printed.append(order)
+        raise self.then
+
+    def void_label(self, ctx: CompensationContext) -> None:
+        self.undone.append(ctx.call_id)
+
+
+class TestEffectBeforeControlFlow:
+    async def test_model_retry_after_the_effect_with_no_retry_is_in_doubt(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A tool that acts, then raises ModelRetry, which no later call answers: in doubt.
+
+        The model gives up and says "done"; the saga fails, the step before is undone, and
+        the label, which may have been printed, is listed in doubt, never voided blindly.
+        """
+        shop, printer = OrderTools(), Printer(ModelRetry("the printer jammed, try again"))
+        model = ScriptedModel(ORDER[0], [call("print_label", "call-2", order="o-1")], "Done.")
+        agent = agent_with(model, saga_toolset(sagacity, shop), saga_toolset(sagacity, printer))
+
+        result = await sagacity.asaga("label-2", lambda: agent.run("Ship it."))
+
+        assert printer.printed == ["o-1"]
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+        assert isinstance(result.error, SagaStateError)
+        assert "'call-2' of tool 'print_label' failed asking for a retry" in str(result.error)
+        assert journal_of(sagacity, "label-2") == [
+            ("INTENT", "reserve_inventory", "call-1"),
+            ("EXECUTED", "reserve_inventory", "call-1"),
+            ("INTENT", "print_label", "call-2"),
+            ("FAILED", "print_label", "call-2"),
+            ("COMPENSATING", "reserve_inventory", "call-1"),
+            ("COMPENSATED", "reserve_inventory", "call-1"),
+            ("ENDED", None, None),
+        ]
+        assert sagacity.history("label-2")[3].payload["kind"] == "retryable"
+        report = result.compensation
+        assert report is not None
+        assert [(ref.call_id, ref.error) for ref in report.in_doubt] == [
+            (
+                "call-2",
+                "the tool raised asking for a retry after it started, and no retry succeeded: "
+                "ModelRetry: the printer jammed, try again",
+            )
+        ]
+        assert printer.undone == []
+        assert shop.undone == [("release_inventory", "res-SKU-1-2")]
+
+    async def test_model_retry_answered_by_a_later_success_is_settled_by_it(
+        self, sagacity: Sagacity
+    ) -> None:
+        """A retry the model follows is answered by the later call's success.
+
+        The retried attempt is then neither in doubt nor compensated: the later call is the
+        step, and its compensation undoes it. (Raise ModelRetry only before the tool acts.)
+        """
+        attempts: list[str] = []
+        voided: list[str] = []
+
+        def void_label(ctx: CompensationContext) -> None:
+            voided.append(ctx.call_id)
+
+        @compensable(by=void_label)
+        def print_label(order: str) -> str:
+            """Print a shipping label."""
+            attempts.append(order)
+            if len(attempts) == 1:
+                raise ModelRetry("name the dock")
+            return f"label-{order}"
+
+        shop = OrderTools()
+        model = ScriptedModel(
+            [call("print_label", "call-1", order="o-1")],
+            [call("print_label", "call-2", order="o-1")],
+            [call("ship_order", "call-3", address="1 Main St")],
+            "Done.",
+        )
+        agent = agent_with(model, saga_toolset(sagacity, print_label), saga_toolset(sagacity, shop))
+
+        result = await sagacity.asaga("label-3", lambda: agent.run("Ship it."))
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert voided == ["call-2"]
+        assert result.compensation is not None
+        assert result.compensation.in_doubt == []
+
+    async def test_call_deferred_after_the_effect_stays_in_doubt(self, sagacity: Sagacity) -> None:
+        """A tool that acts, then raises CallDeferred, stays in doubt once answered from outside.
+
+        The run is resumed with the external result: PydanticAI gives it to the model
+        without calling the tool again, so nothing tells sagacity whether the tool acted.
+        When a later step fails, the label is listed in doubt and not voided blindly.
+        """
+        shop, printer = OrderTools(), Printer(CallDeferred(metadata={"printer": "dock-2"}))
+        model = ScriptedModel(
+            [call("print_label", "call-1", order="o-1")],
+            [call("ship_order", "call-2", address="1 Main St")],
+            "Done.",
+        )
+        agent = agent_with(
+            model, saga_toolset(sagacity, shop), saga_toolset(sagacity, printer), deferred=True
+        )
+        paused = await sagacity.asaga("label-4", lambda: agent.run("Ship it."))
+        assert paused.outcome is SagaOutcome.SUSPENDED
+
+        result = await sagacity.aresume_saga(
+            "label-4",
+            lambda: agent.run(
+                message_history=paused.value.all_messages(),
+                deferred_tool_results=DeferredToolResults(calls={"call-1": "label-7"}),
+            ),
+        )
+
+        assert printer.printed == ["o-1"]
+        assert model.tool_returns()[0] == ("call-1", "success", "label-7")
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+        assert journal_of(sagacity, "label-4") == [
+            ("INTENT", "print_label", "call-1"),
+            ("FAILED", "print_label", "call-1"),
+            ("INTENT", "ship_order", "call-2"),
+            ("FAILED", "ship_order", "call-2"),
+            ("ENDED", None, None),
+        ]
+        report = result.compensation
+        assert report is not None
+        assert [(ref.call_id, ref.error) for ref in report.in_doubt] == [
+            (
+                "call-1",
+                "the framework left the tool mid-call, and did not run it again: CallDeferred: ",
+            )
+        ]
+        assert printer.undone == []
+
+    async def test_a_suspended_saga_abandoned_lists_the_deferred_call_in_doubt(
+        self, sagacity: Sagacity
+    ) -> None:
+        """Abandoning a saga whose tool deferred itself after acting: the call is in doubt."""
+        printer = Printer(CallDeferred())
+        model = ScriptedModel([call("print_label", "call-1", order="o-1")])
+        agent = agent_with(model, saga_toolset(sagacity, printer), deferred=True)
+        await sagacity.asaga("label-5", lambda: agent.run("Print it."))
+
+        result = sagacity.compensate("label-5")
+
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+        assert result.compensation is not None
+        assert [ref.call_id for ref in result.compensation.in_doubt] == ["call-1"]
+        assert printer.undone == []
+
+    @pytest.mark.parametrize("decision", ["approved", "denied"])
+    async def test_approval_required_by_another_toolset_is_settled_by_the_re_run(
+        self, sagacity: Sagacity, decision: str
+    ) -> None:
+        """Under the capability, a tool of PydanticAI's approval toolset pauses after its INTENT.
+
+        Approved, PydanticAI calls it again under the same id: that run settles the first.
+        Denied, it is never called again, so the first stays in doubt: when a later step
+        fails, the saga ends NEEDS_ATTENTION naming it.
+        """
+        sent: list[str] = []
+
+        def send_email(to: str) -> str:
+            """Send an e-mail."""
+            sent.append(to)
+            return "msg-1"
+
+        def close_ticket(ticket: int) -> str:
+            """Close a support ticket."""
+            raise RuntimeError(f"no ticket {ticket}")
+
+        gated = FunctionToolset([send_email]).approval_required(lambda ctx, tool_def, args: True)
+        model = ScriptedModel(
+            [call("send_email", "call-1", to="ops@shop")],
+            [call("close_ticket", "call-2", ticket=-1)],
+            "Done.",
+        )
+        agent = agent_with(
+            model,
+            gated,
+            FunctionToolset([close_ticket]),
+            capabilities=[
+                SagaCapability(
+                    sagacity,
+                    compensations={"send_email": lambda: None, "close_ticket": lambda: None},
+                )
+            ],
+            deferred=True,
+        )
+        paused = await sagacity.asaga("mail-1", lambda: agent.run("Mail ops."))
+        assert paused.outcome is SagaOutcome.SUSPENDED
+        answer = True if decision == "approved" else ToolDenied("no mail today")
+
+        result = await sagacity.aresume_saga(
+            "mail-1",
+            lambda: agent.run(
+                message_history=paused.value.all_messages(),
+                deferred_tool_results=DeferredToolResults(approvals={"call-1": answer}),
+            ),
+        )
+
+        journal = journal_of(sagacity, "mail-1")
+        assert journal[:2] == [
+            ("INTENT", "send_email", "call-1"),
+            ("FAILED", "send_email", "call-1"),
+        ]
+        assert sagacity.history("mail-1")[1].payload["kind"] == "control_flow"
+        assert result.compensation is not None
+        if decision == "approved":
+            assert sent == ["ops@shop"]
+            assert journal[2:4] == [
+                ("INTENT", "send_email", "call-1"),
+                ("EXECUTED", "send_email", "call-1"),
+            ]
+            assert result.outcome is SagaOutcome.COMPENSATED
+            assert [ref.call_id for ref in result.compensation.compensated] == ["call-1"]
+        else:
+            assert sent == []
+            assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+            assert [ref.call_id for ref in result.compensation.in_doubt] == ["call-1"]
 
 
 class TestOutsideASaga:

@@ -136,6 +136,7 @@ class TestPackage:
     def test_public_names(self) -> None:
         """The adapter's public API, pinned."""
         assert adapter.__all__ == [
+            "DENIAL_SOURCE",
             "METADATA_KEY",
             "JournalPolicy",
             "SagaCapability",

@@ -31,8 +31,10 @@ class TestExample:
         assert lines.index("  undo: refund charge ch-1999") < lines.index(
             "  undo: release reservation res-SKU-1-2"
         )
-        assert "   7 COMPENSATED        charge_card        call-2" in lines
-        assert "   8 COMPENSATED        reserve_inventory  call-1" in lines
+        assert "   7 COMPENSATING       charge_card        call-2" in lines
+        assert "   8 COMPENSATED        charge_card        call-2" in lines
+        assert "   9 COMPENSATING       reserve_inventory  call-1" in lines
+        assert "  10 COMPENSATED        reserve_inventory  call-1" in lines
         assert (
             "payout-1: saga AWAITING_APPROVAL: send_wire is IRREVERSIBLE: Send a wire transfer."
             in lines

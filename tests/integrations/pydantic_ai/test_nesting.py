@@ -159,7 +159,9 @@ class TestMetadataDropped:
             ("EXECUTED", "charge_card", "call-2"),
             ("INTENT", "ship_order", "call-3"),
             ("FAILED", "ship_order", "call-3"),
+            ("COMPENSATING", "charge_card", "call-2"),
             ("COMPENSATED", "charge_card", "call-2"),
+            ("COMPENSATING", "reserve_inventory", "call-1"),
             ("COMPENSATED", "reserve_inventory", "call-1"),
             ("ENDED", None, None),
         ]

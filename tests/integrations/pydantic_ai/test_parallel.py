@@ -187,9 +187,10 @@ class TestCancelledSiblings:
 
         assert again.outcome is SagaOutcome.NEEDS_ATTENTION
         assert race.undone == ["seat", "car"]
-        assert journal_of(sagacity, "trip-2")[-4:] == [
+        assert journal_of(sagacity, "trip-2")[-5:] == [
             ("ENDED", None, None),
             ("EXECUTED", "book_car", "car"),
+            ("COMPENSATING", "book_car", "car"),
             ("COMPENSATED", "book_car", "car"),
             ("ENDED", None, None),  # a new ENDED: the call is no longer in doubt
         ]

@@ -26,9 +26,10 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
     ) from error
 
 from sagacity.integrations.openai_agents._tools import (
+    REJECTION_SOURCE,
     as_function_tool,
     classify_agents_error,
     function_tools,
 )
 
-__all__ = ["as_function_tool", "classify_agents_error", "function_tools"]
+__all__ = ["REJECTION_SOURCE", "as_function_tool", "classify_agents_error", "function_tools"]

@@ -8,6 +8,11 @@ failure. A proxy around `on_invoke_tool` would see the message as a success.
 The SDK passes a tool's call id only in its `ToolContext`. The function given to
 `function_tool` therefore takes a `ToolContext` first, a parameter the SDK recognises
 and leaves out of the schema, so the schema the model sees is the undecorated tool's.
+
+The SDK never calls a tool or its approval policy for a call rejected with
+`state.reject`. The one place an adapter sees that rejection is the run context, which
+the SDK hands to every tool's `is_enabled` each time it prepares an agent's tools: an
+IRREVERSIBLE tool's `is_enabled` journals it there (`_RejectionWatch`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import pydantic
 from agents import FunctionTool, Tool, function_tool
@@ -24,14 +29,18 @@ from agents.function_schema import FuncSchema, function_schema
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
+from sagacity._scope import current_scope
 from sagacity.annotations import Reversibility
 from sagacity.errors import ApprovalError, ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.tools import FailureKind, SagaTool
 
-__all__ = ["as_function_tool", "classify_agents_error", "function_tools"]
+__all__ = ["REJECTION_SOURCE", "as_function_tool", "classify_agents_error", "function_tools"]
 
 _CONTEXT_PARAMETER = "sagacity_tool_context"
+
+REJECTION_SOURCE = "openai-agents state.reject"
+"""The `source` of the REJECTED entry journaled for a call the SDK's run state rejected."""
 
 
 def function_tools(sagacity: Sagacity, *sources: object, **options: Any) -> list[Tool]:
@@ -203,6 +212,71 @@ def _gate(built: FunctionTool, policy: _ApprovalPolicy) -> None:
     """
     built.on_invoke_tool = _PolicyGate(built.on_invoke_tool)
     built.needs_approval = policy
+    built.is_enabled = _RejectionWatch(policy.tool, built.is_enabled)
+
+
+_EnabledOption = bool | Callable[[RunContextWrapper[Any], Any], Any]
+"""What the SDK takes as a tool's `is_enabled`."""
+
+
+class _RejectionWatch:
+    """An IRREVERSIBLE tool's `is_enabled`: journals the SDK's rejections of its calls.
+
+    The SDK asks it each time it prepares the agent's tools, with the run context, in
+    which `state.reject(item)` recorded its decision before the run resumed; the SDK then
+    gives the model the rejection without calling the tool or its approval policy. Each
+    of the tool's requests in the open saga that the context rejects is declined
+    (journaled REJECTED, source `REJECTION_SOURCE`): the call can no longer run, whatever
+    sagacity was told. The answer is the tool's own `is_enabled`, unchanged.
+    """
+
+    def __init__(self, tool: SagaTool, is_enabled: _EnabledOption) -> None:
+        self.tool = tool
+        self.is_enabled = is_enabled
+        self.decliner = SagaTool(
+            tool.owner,
+            _never_called,
+            name=tool.name,
+            description=tool.description,
+            reversibility=tool.reversibility,
+        )
+        """Declines by call id: a decline journals no input, and the tool has no arguments
+        to give here."""
+
+    async def __call__(self, run_context: RunContextWrapper[Any], agent: Any) -> bool:
+        """Journal the rejections the run context holds, then answer the tool's own option."""
+        self.decline_rejected(run_context)
+        if isinstance(self.is_enabled, bool):
+            return self.is_enabled
+        enabled = self.is_enabled(run_context, agent)
+        if inspect.isawaitable(enabled):
+            enabled = await enabled
+        return bool(enabled)
+
+    def decline_rejected(self, run_context: RunContextWrapper[Any]) -> None:
+        """Decline the tool's open requests that the run context rejects."""
+        scope = current_scope()
+        if scope is None or scope.owner is not self.tool.owner:
+            return
+        name = self.tool.name
+        for awaiting in scope.history.open_requests():
+            call_id = awaiting.call_id
+            if awaiting.tool_name != name or call_id is None:
+                continue
+            if run_context.is_tool_approved(name, call_id) is not False:
+                continue
+            try:
+                self.decliner.decline(
+                    call_id=call_id,
+                    source=REJECTION_SOURCE,
+                    reason=run_context.get_rejection_message(name, call_id) or "",
+                )
+            except ApprovalError:
+                continue  # decided meanwhile in another process: rejected, or run
+
+
+def _never_called(**arguments: Any) -> NoReturn:
+    raise AssertionError("a decline never runs the tool")  # pragma: no cover
 
 
 class _PolicyGate:

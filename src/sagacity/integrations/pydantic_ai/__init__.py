@@ -22,6 +22,7 @@ except ImportError as error:  # pragma: no cover - exercised with the extra bloc
 from sagacity.integrations.pydantic_ai._capability import SagaCapability
 from sagacity.integrations.pydantic_ai._classify import classify_exception
 from sagacity.integrations.pydantic_ai._toolset import (
+    DENIAL_SOURCE,
     METADATA_KEY,
     JournalPolicy,
     SagaToolset,
@@ -29,6 +30,7 @@ from sagacity.integrations.pydantic_ai._toolset import (
 )
 
 __all__ = [
+    "DENIAL_SOURCE",
     "METADATA_KEY",
     "JournalPolicy",
     "SagaCapability",

@@ -17,13 +17,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, 
 from sagacity._scope import SagaScope, current_scope
 from sagacity.annotations import Reversibility, compensable
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import (
-    ApprovalError,
-    ConfigurationError,
-    InDoubtError,
-    ReplayMismatchError,
-    SagaStateError,
-)
+from sagacity.errors import ApprovalError, ConfigurationError, SagaStateError
 from sagacity.integrations.pydantic_ai._classify import classify_exception
 from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
@@ -37,9 +31,6 @@ metadata of the `ApprovalRequired` it raises."""
 
 DENIAL_SOURCE = "pydantic-ai ToolDenied"
 """The `source` of the REJECTED entry journaled for a call PydanticAI denied."""
-
-_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
-"""Refusals of a call before it runs: sagacity raises them when the saga's work returns."""
 
 _COMPENSATION_ATTRIBUTE = "__sagacity_pydantic_ai_compensation__"
 
@@ -218,20 +209,16 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
     """The run this copy belongs to; None outside a saga."""
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
-        """This toolset for one run, bound to the saga open where the run begins.
-
-        Denials in the message history the run starts from are journaled first.
-        """
+        """This toolset for one run, bound to the saga open where the run begins."""
         scope = current_scope()
-        toolset = _bound(await super().for_run(ctx), None if scope is None else _Run(scope))
-        if isinstance(toolset, SagaToolset):
-            toolset._decline_denied(ctx.messages)
-        return toolset
+        return _bound(await super().for_run(ctx), None if scope is None else _Run(scope))
 
     async def for_run_step(self, ctx: RunContext[AgentDepsT]) -> AbstractToolset[AgentDepsT]:
         """This toolset for one step of the run, bound to the same saga.
 
-        The step's messages hold the results of the step before: its denials are journaled.
+        PydanticAI prepares the toolset for each step before the step's calls run, with
+        the run's messages so far: the history the run began from and the results of the
+        step before. Their denials are journaled here, before anything else of the step.
         """
         toolset = _bound(await super().for_run_step(ctx), self._run)
         if self._run is not None:
@@ -337,14 +324,12 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         ]
         if not denied:
             return
-        waiting = {
-            (entry.call_id, entry.tool_name) for entry in scope.history.open_requests()
-        }
+        waiting = {(entry.call_id, entry.tool_name) for entry in scope.history.open_requests()}
         for part in denied:
             if (part.tool_call_id, part.tool_name) not in waiting:
                 continue  # sagacity never asked for it, or it was decided already
             decliner = _journaled_tool(
-                scope.owner, part.tool_name, "", Reversibility.IRREVERSIBLE
+                self.policy.sagacity, part.tool_name, "", Reversibility.IRREVERSIBLE
             )
             try:
                 decliner.decline(
@@ -370,17 +355,19 @@ def _bound(toolset: AbstractToolset[Any], run: _Run | None) -> AbstractToolset[A
 def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | None) -> None:
     """Raise PydanticAI's `ApprovalRequired` unless this IRREVERSIBLE call may run now.
 
-    A call that waits for approval, or one a check refuses, is deferred: PydanticAI lets
-    the calls beside it finish, and the run ends with `DeferredToolRequests`. Raised
-    through PydanticAI, a refusal would cancel them mid-call (an approved sibling would be
-    left in doubt). A refusal is still raised by `Sagacity.saga` when the work returns.
+    A call that waits for approval, or one an approval check refuses, is deferred:
+    PydanticAI lets the calls beside it finish, and the run ends with
+    `DeferredToolRequests`. Raised through PydanticAI, a refusal would cancel them
+    mid-call (an approved sibling would be left in doubt). The refusal is still raised by
+    `Sagacity.saga` when the work returns. A replay refusal (`InDoubtError`,
+    `ReplayMismatchError`: the call id ran before) is raised as it is, as for every tool.
     """
     scope = current_scope()
     if scope is None or scope.failed:
         return  # the call itself says why it does not run (NoSagaError, SagaStateError)
     try:
         waiting = tool.pending_approval((call,), call.tool_args, call_id=call_id)
-    except _REFUSALS as refusal:
+    except ApprovalError as refusal:
         raise ApprovalRequired(
             metadata={
                 METADATA_KEY: {
