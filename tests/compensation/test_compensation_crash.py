@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sagacity import CallRef, Phase, Sagacity, SagaOutcome, verify
 from tests.compensation._crash_child import Depot, IdempotentDepot
+from tests.processes._kill import run_until_killed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,26 +28,7 @@ BEFORE_THE_CRASH = [
 
 def run_until_killed_inside_refund(url: str, ledger: Path) -> None:
     """Run the saga in a child process and SIGKILL it once the refund has started."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.compensation._crash_child", url, str(ledger)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "inside refund\n", child.stderr.read() if child.stderr else line
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
+    run_until_killed("tests.compensation._crash_child", url, str(ledger), when="inside refund")
 
 
 def reopen(url: str) -> Sagacity:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +9,7 @@ import pytest
 from sagacity import CallRef, Phase, Sagacity, SagaOutcome
 from sagacity.audit import verify
 from tests.processes._child import Warehouse
+from tests.processes._kill import run_until_killed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,26 +18,9 @@ pytestmark = pytest.mark.slow
 
 def run_until_killed_inside_ship(database: Path, ledger: Path) -> None:
     """Run the saga in a child process and SIGKILL it once `ship` has started."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.processes._child", "crash", str(database), str(ledger)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    run_until_killed(
+        "tests.processes._child", "crash", str(database), str(ledger), when="inside ship"
     )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "inside ship\n", child.stderr.read() if child.stderr else line
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
 
 
 class TestKilledInsideATool:
