@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 
 from sagacity.errors import JournalError, SchemaVersionError
@@ -75,12 +76,29 @@ def connect(path: str | Path, *, busy_timeout_ms: int = 30_000) -> sqlite3.Conne
             check_same_thread=False,
         )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
+        _set_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = FULL")
         _ensure_schema(conn, path)
     except sqlite3.Error as error:
         raise JournalError(f"cannot open SQLite database {str(path)!r}: {error}") from error
     return conn
+
+
+def _set_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    """Switch to WAL, waiting out another process that is creating the same file.
+
+    Changing the journal mode of a new file does not wait on the busy timeout: two
+    processes opening a new database at once would see "database is locked" at once.
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
