@@ -26,8 +26,8 @@ _POLL = 0.05
 class LeaseKeeper:
     """Takes a saga's lease on entry, renews it while held, and releases it on exit.
 
-    The lease is renewed every third of its time to live, on a thread of its own, so
-    that work longer than the lease keeps it; a worker that stalls past the expiry (a
+    The lease is renewed every third of its time to live, by the one renewer thread of
+    the process, so that work longer than the lease keeps it; a worker that stalls past the expiry (a
     stopped process, a long pause) is taken over and fenced out: its next append is
     refused.
 
@@ -57,7 +57,8 @@ class LeaseKeeper:
         self._histories: list[SagaHistory] = []
         self._since: list[int] = []
         """Each held history's last seq when it was held."""
-        self._interval = ttl.total_seconds() / 3
+        self.interval = ttl.total_seconds() / 3
+        """Seconds between renewals: a third of the time to live."""
         self.due = 0.0
         """When the renewer renews next (`time.monotonic()`)."""
         self.lease: SagaLease | None = None
@@ -77,7 +78,7 @@ class LeaseKeeper:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
-        self.due = time.monotonic() + self._interval
+        self.due = time.monotonic() + self.interval
         _renewer.hold(self)
         return self
 
@@ -114,7 +115,7 @@ class LeaseKeeper:
 
     def renew(self) -> None:
         """Renew the lease now (on the renewer's thread); note it lost if it was."""
-        self.due = time.monotonic() + self._interval
+        self.due = time.monotonic() + self.interval
         assert self.lease is not None
         try:
             self.lease = self._journal.renew_lease(self.lease, expires_at=self._clock() + self._ttl)
@@ -169,7 +170,10 @@ class _Renewer:
                     continue
                 self._renewing = due
             for keeper in due:  # renewed outside the lock: a renewal waits on the database
-                keeper.renew()
+                try:
+                    keeper.renew()
+                except Exception:  # the thread must outlive any one lease, and renew the rest
+                    keeper.due = time.monotonic() + keeper.interval
             with self._changed:
                 self._renewing = set()
                 self._changed.notify_all()
