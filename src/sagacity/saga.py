@@ -162,6 +162,9 @@ class Sagacity:
             InvalidIdError: The saga id is empty, blank or unprintable.
             NestedSagaError: A saga is already open in this context.
             SagaStateError: The saga ended before, or waits for approval.
+            SagaBusyError: Another worker holds the saga (see `lease_wait`).
+            LeaseLostError: This worker stalled past its lease and was taken over: the
+                new holder has the saga; nothing more was written.
             ApprovalError: An approval check refused a call (nothing ran).
         """
         with self._leased(saga_id, opening=True) as keeper:
@@ -185,6 +188,7 @@ class Sagacity:
             SagaNotFoundError: The journal has no such saga.
             SagaStateError: The saga ended COMPLETED (there is nothing to undo), or it is
                 running in this context.
+            SagaBusyError: Another worker holds the saga (see `lease_wait`).
         """
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._compensable_history(saga_id))
@@ -208,8 +212,8 @@ class Sagacity:
         """
         require_name(by, "by")
         with self._leased(saga_id) as keeper:
-            return self._resolve(keeper.hold(self._history(saga_id, must_exist=True)), call_id,
-                                 executed=executed, result=result, by=by)  # fmt: skip
+            history = keeper.hold(self._history(saga_id, must_exist=True))
+            return self._resolve(history, call_id, executed=executed, result=result, by=by)
 
     def _resolve(
         self, history: SagaHistory, call_id: str, *, executed: bool, result: Any, by: str
