@@ -6,6 +6,7 @@ SQLite and PostgreSQL and kill or stop them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import signal
@@ -342,3 +343,37 @@ class TestSchemaUpgrade:
             version = conn.execute("SELECT value FROM sagacity_meta").fetchone()
             leases = conn.execute("SELECT saga_id, token FROM sagacity_lease").fetchall()
         assert (version, leases) == (("2",), [("s", 1)])
+
+
+class TestWaitingFromAsyncCode:
+    async def test_an_async_saga_waits_without_blocking_the_loop(
+        self, shared_store_url: str
+    ) -> None:
+        """An `asaga` waiting for a busy saga lets the event loop run meanwhile.
+
+        Another task on the loop frees the saga while the async saga waits for it.
+        """
+        holder = Sagacity.from_url(shared_store_url)
+        waiter = Sagacity.from_url(shared_store_url, lease_wait=10)
+        tools = tools_of(waiter, Shop())
+        lease = take(holder.journal, "worker-a", holder.now())
+        ticks: list[int] = []
+
+        async def free_the_saga_soon() -> None:
+            for tick in range(5):
+                ticks.append(tick)
+                await asyncio.sleep(0.05)
+            holder.journal.release_lease(lease)
+
+        async def work() -> str:
+            return str(tools["reserve_inventory"]("SKU-1"))
+
+        try:
+            freeing = asyncio.create_task(free_the_saga_soon())
+            result = await waiter.asaga("s", work)
+            await freeing
+            assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-SKU-1-1")
+            assert ticks == [0, 1, 2, 3, 4]
+        finally:
+            holder.close()
+            waiter.close()

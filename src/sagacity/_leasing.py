@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import os
@@ -27,9 +28,10 @@ class LeaseKeeper:
     """Takes a saga's lease on entry, renews it while held, and releases it on exit.
 
     The lease is renewed every third of its time to live, by the one renewer thread of
-    the process, so that work longer than the lease keeps it; a worker that stalls past the expiry (a
-    stopped process, a long pause) is taken over and fenced out: its next append is
-    refused.
+    the process, so that work longer than the lease keeps it; a worker that stalls past
+    the expiry (a stopped process, a long pause) is taken over and fenced out: its next
+    append is refused. From async code (`async with`), waiting for a busy saga does not
+    block the event loop.
 
     Args:
         journal: The journal whose database holds the lease.
@@ -66,21 +68,42 @@ class LeaseKeeper:
     def __enter__(self) -> LeaseKeeper:
         deadline = time.monotonic() + self._wait
         pause = _POLL
-        while True:
-            now = self._clock()
-            try:
-                self.lease = self._journal.acquire_lease(
-                    self._saga_id, self._owner, now=now, expires_at=now + self._ttl
-                )
-                break
-            except SagaBusyError:
-                if time.monotonic() + pause > deadline:
-                    raise
+        while not self._acquired(deadline, pause):
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
+        return self
+
+    async def __aenter__(self) -> LeaseKeeper:
+        """Take the lease from async code: a wait for a busy saga does not block the loop."""
+        deadline = time.monotonic() + self._wait
+        pause = _POLL
+        while not self._acquired(deadline, pause):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.__exit__(kind, error, traceback)
+
+    def _acquired(self, deadline: float, pause: float) -> bool:
+        """Try once; False when the saga is busy and waiting `pause` more is allowed."""
+        now = self._clock()
+        try:
+            self.lease = self._journal.acquire_lease(
+                self._saga_id, self._owner, now=now, expires_at=now + self._ttl
+            )
+        except SagaBusyError:
+            if time.monotonic() + pause > deadline:
+                raise
+            return False
         self.due = time.monotonic() + self.interval
         _renewer.hold(self)
-        return self
+        return True
 
     def __exit__(
         self,

@@ -173,7 +173,7 @@ class Sagacity:
 
     async def asaga(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
         """Run async `work` as saga `saga_id` (see `saga`)."""
-        with self._leased(saga_id, opening=True) as keeper:
+        async with self._leased(saga_id, opening=True) as keeper:
             scope = self._open(saga_id, keeper, resuming=False)
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
@@ -197,7 +197,7 @@ class Sagacity:
 
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
-        with self._leased(saga_id) as keeper:
+        async with self._leased(saga_id) as keeper:
             history = keeper.hold(self._compensable_history(saga_id))
             report = await self._runner.arun(history)
             return self._ending.compensated(history, report, value=None, error=None)
@@ -363,7 +363,7 @@ class Sagacity:
                 explain_unusable(scope.history, request.request_id)  # no replay: used once
                 return await tool.ainvoke((), kwargs, call_id=request.call_id)
 
-        with self._leased(saga_id, opening=True) as keeper:
+        async with self._leased(saga_id, opening=True) as keeper:
             scope = self._open(saga_id, keeper, resuming=True)
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
