@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,23 +76,6 @@ class Agent:
 
     def interrupts(self) -> list[Any]:
         return [i.value for i in self.graph.get_state(self.config).interrupts]
-
-
-@pytest.fixture
-def stores(sqlite_url: str) -> Iterator[tuple[Sagacity, Sagacity]]:
-    """The agent's Sagacity, and the approver's: another instance on the same database."""
-    agent_side, approver_side = Sagacity.from_url(sqlite_url), Sagacity.from_url(sqlite_url)
-    yield agent_side, approver_side
-    agent_side.close()
-    approver_side.close()
-
-
-@pytest.fixture(
-    params=["tool_node-sync", "tool_node-async", "create_agent-sync", "create_agent-async"]
-)
-def flavour(request: pytest.FixtureRequest) -> tuple[str, bool]:
-    graph_kind, mode = request.param.split("-")
-    return graph_kind, mode == "async"
 
 
 def make_agent(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -69,23 +68,6 @@ class AsyncAccounts:
         await asyncio.sleep(0)
         self.ran.append(("close_account", account))
         return f"closed-{account}"
-
-
-@pytest.fixture
-def stores(sqlite_url: str) -> Iterator[tuple[Sagacity, Sagacity]]:
-    """The agent's Sagacity, and the approver's: another instance on the same database."""
-    agent_side, approver_side = Sagacity.from_url(sqlite_url), Sagacity.from_url(sqlite_url)
-    yield agent_side, approver_side
-    agent_side.close()
-    approver_side.close()
-
-
-@pytest.fixture(
-    params=["tool_node-sync", "tool_node-async", "create_agent-sync", "create_agent-async"]
-)
-def flavour(request: pytest.FixtureRequest) -> tuple[str, bool]:
-    graph_kind, mode = request.param.split("-")
-    return graph_kind, mode == "async"
 
 
 class Shop:

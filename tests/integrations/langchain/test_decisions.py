@@ -6,7 +6,6 @@ journaled, whatever its siblings wait on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,23 +43,6 @@ def rejected_text(request_id: str, reason: str = "") -> str:
         f"[REJECTED] send_wire_transfer was not run: approval request {request_id} was "
         f"rejected{why}. Do not call it again; tell the user it was not done."
     )
-
-
-@pytest.fixture
-def stores(sqlite_url: str) -> Iterator[tuple[Sagacity, Sagacity]]:
-    """The agent's Sagacity, and the approver's: another instance on the same database."""
-    agent_side, approver_side = Sagacity.from_url(sqlite_url), Sagacity.from_url(sqlite_url)
-    yield agent_side, approver_side
-    agent_side.close()
-    approver_side.close()
-
-
-@pytest.fixture(
-    params=["tool_node-sync", "tool_node-async", "create_agent-sync", "create_agent-async"]
-)
-def flavour(request: pytest.FixtureRequest) -> tuple[str, bool]:
-    graph_kind, mode = request.param.split("-")
-    return graph_kind, mode == "async"
 
 
 def make_run(
