@@ -78,3 +78,43 @@ class TestModuleDependencies:
         graph = core_imports()
         for module in ("sagacity.tools", "sagacity._call", "sagacity._scope"):
             assert "sagacity.saga" not in graph[module], module
+
+
+def private_imports(path: Path) -> list[str]:
+    """The private names of the core a module imports: `sagacity._x`, or `_name`s."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sagacity"):
+            if node.module.startswith("sagacity.integrations"):
+                continue  # the integration's own modules
+            if any(part.startswith("_") for part in node.module.split(".")):
+                found.append(node.module)
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            found += [
+                a.name
+                for a in node.names
+                if a.name.startswith("sagacity")
+                and any(p.startswith("_") for p in a.name.split("."))
+            ]
+    return found
+
+
+class TestIntegrationsUsePublicNames:
+    def test_no_integration_imports_a_private_name_of_the_core(self) -> None:
+        """Adapters use the public API and `sagacity.adapter`, never the core's internals."""
+        offenders = {
+            module_name(path): private_imports(path)
+            for path in (PACKAGE / "integrations").rglob("*.py")
+            if private_imports(path)
+        }
+        assert offenders == {}
+
+    def test_the_check_sees_a_private_import(self, tmp_path: Path) -> None:
+        """A module importing `sagacity._scope` or a `_name` is caught, so the test can fail."""
+        module = tmp_path / "adapter.py"
+        module.write_text(
+            "from sagacity._scope import SagaScope\nfrom sagacity.saga import _run\n",
+            encoding="utf-8",
+        )
+        assert private_imports(module) == ["sagacity._scope", "sagacity.saga._run"]

@@ -50,3 +50,10 @@ class TestDocsLinks:
             prose = re.sub(r"```.*?```", "", page.read_text("utf-8"), flags=re.S)
             for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", prose):
                 assert (page.parent / target).exists(), f"{page.name} links to {target}"
+
+
+class TestAdapterGuide:
+    def test_the_example_of_writing_an_adapter_runs(self) -> None:
+        """The `Sagacity.join` example of docs/integrations.md runs and its asserts hold."""
+        (code,) = python_blocks(ROOT / "docs" / "integrations.md")
+        exec(compile(code, "integrations.md", "exec"), {"__name__": "integrations_md"})

@@ -26,6 +26,7 @@ from sagacity import (
     SagaBusyError,
     Sagacity,
     SagaOutcome,
+    SagaStateError,
 )
 from sagacity.journal import SagaLease, SideEffectJournal
 from sagacity.testing import FakeClock
@@ -377,3 +378,25 @@ class TestWaitingFromAsyncCode:
         finally:
             holder.close()
             waiter.close()
+
+
+class TestJoin:
+    def test_join_holds_the_saga_for_its_requests_and_lets_go(self, store_url: str) -> None:
+        """While joined, the saga is held (another worker is busy); leaving lets it go.
+
+        Calls run inside `scope.entered()` are journaled in the saga, which stays open.
+        """
+        sagacity = Sagacity.from_url(store_url)
+        tools = tools_of(sagacity, Shop())
+        try:
+            with sagacity.join("j") as scope:
+                with scope.entered():
+                    assert tools["reserve_inventory"]("SKU-1") == "res-SKU-1-1"
+                with pytest.raises(SagaBusyError):
+                    sagacity.compensate("j")
+            assert [e.phase for e in sagacity.history("j")] == [Phase.INTENT, Phase.EXECUTED]
+            assert sagacity.compensate("j").outcome is SagaOutcome.COMPENSATED
+            with pytest.raises(SagaStateError, match="ended COMPENSATED"), sagacity.join("j"):
+                pass
+        finally:
+            sagacity.close()

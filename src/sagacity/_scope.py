@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sagacity._history import SagaHistory
@@ -116,6 +117,19 @@ class SagaScope:
         """Mark the work returned: a call that starts later is refused, not journaled."""
         with self.lock:
             self.closed = True
+
+    @contextlib.contextmanager
+    def entered(self) -> Iterator[SagaScope]:
+        """Make this the saga open in the current context for the body, then restore it.
+
+        For an integration that runs the calls of one saga across requests (see
+        `Sagacity.join`): each request's body runs inside.
+        """
+        token = _scope.set(self)
+        try:
+            yield self
+        finally:
+            _scope.reset(token)
 
     def refuse_if_ended(self, consequence: str) -> None:
         """Raise if another worker ended the saga since this scope read it.

@@ -7,8 +7,9 @@ approval lifecycle `approval/`, how a saga ends `_outcome.py`, and the compensat
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from sagacity._history import SagaHistory
@@ -250,6 +251,31 @@ class Sagacity:
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id, must_exist=True))
             return self._runner.resolve(history, call_id, compensated=compensated, by=by)
+
+    @contextlib.contextmanager
+    def join(self, saga_id: str) -> Iterator[SagaScope]:
+        """Hold saga `saga_id` open for calls that arrive one request at a time.
+
+        For integrations whose calls of one saga come in separate requests (an MCP
+        server): takes the saga's lease, reads its journal and yields its open scope;
+        run each request's calls inside `scope.entered()`. Leaving does not end the saga
+        (a later `saga()`, `compensate()` or the integration's own end does); it lets the
+        lease go.
+
+        Raises:
+            SagaBusyError: Another worker holds the saga.
+            SagaStateError: The saga ended.
+        """
+        with self._leased(saga_id) as keeper:
+            history = keeper.hold(self._history(saga_id))
+            if history.ended is not None:
+                raise SagaStateError(
+                    f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
+                    "a saga id is used once: start a new saga"
+                )
+            scope = SagaScope(self, saga_id, history)
+            scope.failed = history.has_failed_call()
+            yield scope
 
     def history(self, saga_id: str) -> list[JournalEntry]:
         """Return the saga's journal entries (a shorthand for `journal.entries`)."""

@@ -17,8 +17,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sagacity._history import payload_of
-from sagacity._scope import SagaScope
+from sagacity.adapter import SagaScope, payload_of
 from sagacity.errors import ReplayMismatchError, SerializationError
 from sagacity.journal import Phase, sha256_hex
 from sagacity.tools import SagaTool

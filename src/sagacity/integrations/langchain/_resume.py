@@ -23,8 +23,7 @@ from langgraph._internal._constants import CONFIG_KEY_RESUME_MAP, CONFIG_KEY_SCR
 from langgraph.errors import GraphInterrupt
 from langgraph.types import interrupt
 
-from sagacity._history import payload_of
-from sagacity._scope import SagaScope
+from sagacity.adapter import SagaScope, payload_of
 from sagacity.errors import ApprovalError, SerializationError
 from sagacity.integrations.langchain._graph import INTERRUPT_LOCK
 from sagacity.journal import JournalEntry, sha256_hex

@@ -15,7 +15,7 @@ from langchain_core.utils.pydantic import get_fields
 from langgraph.types import Command
 from pydantic import Field, SkipValidation
 
-from sagacity._scope import SagaScope, current_scope
+from sagacity.adapter import SagaScope, current_scope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ReplayMismatchError

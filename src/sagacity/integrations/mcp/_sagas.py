@@ -24,9 +24,7 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 # No public API opens a saga's scope for one request while the saga stays open across
 # requests, as `Sagacity.saga` does for one call of its work: the scope, its context
 # variable and the journal index below are internal, used in this module only.
-from sagacity._history import CONTROL_FLOW, SagaHistory, payload_of
-from sagacity._leasing import LeaseKeeper
-from sagacity._scope import SagaScope, _scope
+from sagacity.adapter import CONTROL_FLOW, SagaHistory, SagaScope, payload_of
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import (
@@ -147,12 +145,14 @@ def current_tool_call() -> ToolCall | None:
 class _OpenSaga:
     """A saga with calls running in this process; dropped when the last one returns."""
 
-    __slots__ = ("counters", "idle", "keeper", "running", "running_ids", "scope")
+    __slots__ = ("counters", "idle", "joined", "running", "running_ids", "scope")
 
-    def __init__(self, scope: SagaScope, keeper: LeaseKeeper) -> None:
+    def __init__(
+        self, scope: SagaScope, joined: contextlib.AbstractContextManager[SagaScope]
+    ) -> None:
         self.scope = scope
-        self.keeper = keeper
-        """The saga's lease, held while any request of it runs in this process."""
+        self.joined = joined
+        """The join of the saga (its lease), held while any request of it runs here."""
         self.counters: dict[str, int] = {}
         self.running = 0
         self.running_ids: set[str] = set()
@@ -258,13 +258,12 @@ class OpenSagas:
         """
         saga = self._enter(saga_id)
         call = ToolCall(saga, call_id)
-        scope_token = _scope.set(saga.scope)
         call_token = _tool_call.set(call)
         try:
-            yield call
+            with saga.scope.entered():
+                yield call
         finally:
             _tool_call.reset(call_token)
-            _scope.reset(scope_token)
             if call.claimed is not None:
                 saga.release(call.claimed)
             self._leave(saga_id, saga)
@@ -301,22 +300,15 @@ class OpenSagas:
         return saga
 
     def _hold(self, saga_id: str) -> _OpenSaga:
-        """Take the saga's lease for the requests of it this process runs at once.
+        """Join the saga for the requests of it this process runs at once.
 
         Raises:
             SagaBusyError: Another worker (another process, or `Sagacity.compensate`)
                 holds the saga.
+            SagaStateError: The saga ended.
         """
-        sagacity = self.sagacity
-        keeper = LeaseKeeper(
-            sagacity.journal,
-            saga_id,
-            ttl=sagacity.lease_ttl,
-            wait=sagacity.lease_wait,
-            clock=sagacity.now,
-        ).__enter__()
-        history = SagaHistory.of(saga_id, sagacity.history(saga_id))  # read once it is held
-        return _OpenSaga(SagaScope(sagacity, saga_id, keeper.hold(history)), keeper)
+        joined = self.sagacity.join(saga_id)
+        return _OpenSaga(joined.__enter__(), joined)
 
     def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
         with self._lock:
@@ -324,7 +316,7 @@ class OpenSagas:
             if saga.running == 0:
                 if self._open.get(saga_id) is saga:
                     del self._open[saga_id]
-                saga.keeper.__exit__(None, None, None)  # the last request let go
+                saga.joined.__exit__(None, None, None)  # the last request let go
                 if saga.idle is not None:
                     saga.idle.set()
 

@@ -29,7 +29,7 @@ from agents.function_schema import FuncSchema, function_schema
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
-from sagacity._scope import current_scope
+from sagacity.adapter import current_scope
 from sagacity.annotations import Reversibility
 from sagacity.errors import ApprovalError, ConfigurationError
 from sagacity.saga import Sagacity

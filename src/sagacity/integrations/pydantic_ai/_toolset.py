@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
-from sagacity._scope import SagaScope, current_scope
+from sagacity.adapter import SagaScope, current_scope
 from sagacity.annotations import Reversibility, compensable
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ConfigurationError, SagaStateError

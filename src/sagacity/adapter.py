@@ -1,0 +1,26 @@
+"""What an integration needs of the core: the open saga, its journal index, joining it.
+
+For authors of framework adapters (the four in `sagacity.integrations` use only this
+module and the package's public names). Application code does not need it.
+
+- `current_scope()`: the saga open in this context, or None. Its `SagaScope` holds the
+  saga's `history` (a `SagaHistory`: the journal indexed by call, request and decision),
+  the `lock` that orders the saga's appends and decisions, `append` (journal an entry
+  of the saga, fenced by its lease), `fail(error)`, `refusal` (a refusal raised when the
+  work returns, even if the framework swallowed it), `failed`, `closed` and `owner`
+  (the `Sagacity`).
+- `Sagacity.join(saga_id)`: hold a saga open across requests; `SagaScope.entered()`
+  makes it the open saga for one request's calls.
+- `payload_of(entry)`: an entry's payload as a dict (empty when it is not an object);
+  `CONTROL_FLOW`: the FAILED kind of a framework's control-flow exit.
+
+Read the history under `scope.lock` when a decision depends on it: the framework may
+run other calls of the saga in other threads at the same time.
+"""
+
+from __future__ import annotations
+
+from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
+from sagacity._scope import SagaScope, current_scope
+
+__all__ = ["CONTROL_FLOW", "CallState", "SagaHistory", "SagaScope", "current_scope", "payload_of"]
