@@ -102,15 +102,9 @@ class Call:
         """
         scope = self.scope
         with scope.lock:
-            if scope.closed:
-                return  # refused for that reason when it begins; nothing may follow the end
-            scope.append(
-                Phase.REFUSED,
-                tool_name=self.tool.name,
-                call_id=call_id,
-                payload={"reason": reason, "error": str(error)},
-            )
-            scope.fail(error)
+            # Once the work returned, the call is refused for that when it begins.
+            if scope.refuse(error, tool_name=self.tool.name, call_id=call_id, reason=reason):
+                scope.fail(error)
 
     def begin(self) -> tuple[object, Any]:
         """Return (REPLAY, result), (PAUSE, request) or (RUN, None) after INTENT."""

@@ -106,6 +106,30 @@ class SagaScope:
                 expected_seq=expected_seq,
             )
 
+    def refuse(
+        self,
+        refusal: SagacityError,
+        *,
+        tool_name: str,
+        call_id: str | None,
+        reason: str,
+        **details: JsonValue,
+    ) -> bool:
+        """Journal REFUSED for a call refused before it ran: the attempt leaves evidence.
+
+        Returns False, journaling nothing, once the work returned: no entry follows the end.
+        """
+        with self.lock:
+            if self.closed:
+                return False
+            self.append(
+                Phase.REFUSED,
+                tool_name=tool_name,
+                call_id=call_id,
+                payload={"reason": reason, **details, "error": str(refusal)},
+            )
+            return True
+
     def fail(self, error: BaseException) -> None:
         """Mark the saga failed by `error`: it compensates when its work returns."""
         with self.lock:

@@ -19,7 +19,7 @@ from typing import Any
 
 from sagacity.adapter import SagaScope, payload_of
 from sagacity.errors import ReplayMismatchError, SerializationError
-from sagacity.journal import Phase, sha256_hex
+from sagacity.journal import sha256_hex
 from sagacity.tools import SagaTool
 
 __all__ = ["one_call_per_id"]
@@ -133,17 +133,13 @@ def _refuse(scope: SagaScope, tool: SagaTool, call_id: str, digest: str, owner: 
         "again, under an id of its own"
     )
     with scope.lock:
-        if not scope.closed:
-            scope.append(
-                Phase.REFUSED,
-                tool_name=tool.name,
-                call_id=call_id,
-                payload={
-                    "reason": "duplicate_call_id",
-                    "request_id": None,
-                    "input_sha256": digest,
-                    "error": str(refusal),
-                },
-            )
+        scope.refuse(
+            refusal,
+            tool_name=tool.name,
+            call_id=call_id,
+            reason="duplicate_call_id",
+            request_id=None,
+            input_sha256=digest,
+        )
         scope.refusal = refusal  # raised when the work returns, even if LangChain caught it
     raise refusal

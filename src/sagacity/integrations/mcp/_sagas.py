@@ -39,7 +39,7 @@ from sagacity.integrations.mcp._wire import (
     EndSagaParams,
     EndSagaResult,
 )
-from sagacity.journal import Phase, sha256_hex
+from sagacity.journal import sha256_hex
 from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.tools import SagaTool, awaiting_approval_message
 
@@ -188,16 +188,13 @@ class _OpenSaga:
                 f"the saga that is still running; this call of tool {tool.name!r} is not run. "
                 "Give every call its own id, and send a call again only once it has answered"
             )
-            scope.append(
-                Phase.REFUSED,
+            scope.refuse(
+                refusal,
                 tool_name=tool.name,
                 call_id=call_id,
-                payload={
-                    "reason": "duplicate_call_id",
-                    "request_id": None,
-                    "input_sha256": digest,
-                    "error": str(refusal),
-                },
+                reason="duplicate_call_id",
+                request_id=None,
+                input_sha256=digest,
             )
             raise refusal
 
