@@ -1,0 +1,175 @@
+"""`router()` to mount in your app, `create_app()` for a ready one, `serve()` to run it.
+
+Mount the router in the app where your tools are wrapped: resuming an approved call runs
+the tool, so it has to be wrapped in the process that serves `POST .../resume`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from sagacity._stores import default_url
+from sagacity.saga import Sagacity
+from sagacity.server._auth import Authenticator, TokenAuth, bind
+from sagacity.server._errors import error_response
+from sagacity.server._events import events_router
+from sagacity.server._routes import api_router
+
+__all__ = ["create_app", "router", "serve"]
+
+
+class Health(BaseModel):
+    """The health check's answer."""
+
+    status: str
+    """`ok` when the journal answers a read."""
+
+
+def _authenticator(
+    auth: Authenticator | None, tokens: str | os.PathLike[str] | None
+) -> Authenticator:
+    if auth is not None:
+        if tokens is not None:
+            raise ValueError("pass either auth= or tokens=, not both")
+        return auth
+    # Fail closed: no authenticator and no tokens file is a ConfigurationError, never an
+    # open server.
+    return TokenAuth.from_file(tokens)
+
+
+def router(
+    sagacity: Sagacity,
+    auth: Authenticator | None = None,
+    *,
+    tokens: str | os.PathLike[str] | None = None,
+    poll_interval: float = 1.0,
+    ui: bool | Mapping[str, Any] = True,
+) -> APIRouter:
+    """The sagacity routes over `sagacity`, to include in your FastAPI app.
+
+    Args:
+        sagacity: The facade whose journal and approvals are served.
+        auth: Maps a request to its `Principal` (or None: 401); default bearer tokens
+            from `tokens`, else from the file `SAGACITY_TOKENS` names.
+        tokens: A tokens file (TOML, see `docs/server.md`) when `auth` is not given.
+        poll_interval: Seconds between the event stream's looks at the stores.
+        ui: Include the approval inbox at `/sagacity/ui`; a mapping is passed to its
+            `ui_router(...)` as options (`session_lifetime`, `secure_cookies`, ...).
+
+    Raises:
+        ConfigurationError: No `auth`, no `tokens` and no `SAGACITY_TOKENS`: the server
+            never runs without authentication.
+
+    Every route is under `/sagacity/`. Routers included here find the facade with
+    `sagacity_of(request)` and the principal with `Depends(require(role))`.
+    """
+    authenticator = _authenticator(auth, tokens)
+    top = APIRouter(dependencies=[Depends(bind(authenticator, sagacity))])
+
+    @top.get("/sagacity/health", response_model=Health, tags=["health"])
+    def health() -> Health:
+        """Without authentication: whether the journal answers a read."""
+        sagacity.journal.list_sagas(limit=1)
+        return Health(status="ok")
+
+    top.include_router(api_router(sagacity), prefix="/sagacity")
+    top.include_router(events_router(sagacity, poll_interval=poll_interval), prefix="/sagacity")
+    if importlib.util.find_spec("sagacity.server._workflow_routes") is not None:
+        # The workflow gates' routes, when the workflows extra's routes are present.
+        workflow_routes: Any = importlib.import_module("sagacity.server._workflow_routes")
+        top.include_router(workflow_routes.workflow_router())
+    if ui:
+        from sagacity.server._ui import ui_router
+
+        top.include_router(ui_router(**(ui if isinstance(ui, Mapping) else {})))
+    return top
+
+
+def create_app(
+    sagacity_or_url: Sagacity | str | None = None,
+    auth: Authenticator | None = None,
+    *,
+    tokens: str | os.PathLike[str] | None = None,
+    options: Mapping[str, Any] | None = None,
+    poll_interval: float = 1.0,
+    ui: bool | Mapping[str, Any] = True,
+) -> FastAPI:
+    """A FastAPI app serving `router()`.
+
+    Args:
+        sagacity_or_url: A `Sagacity`, or a database URL to open one (closed when the
+            app shuts down); None uses `SAGACITY_DATABASE_URL`, else `sqlite:///sagacity.db`.
+        auth: See `router`.
+        tokens: See `router`.
+        options: Keyword options for `Sagacity.from_url` when a URL is given (approval
+            signing keys, `approval_ttl`, ...).
+        poll_interval: See `router`.
+        ui: See `router`.
+    """
+    owned = not isinstance(sagacity_or_url, Sagacity)
+    if isinstance(sagacity_or_url, Sagacity):
+        sagacity = sagacity_or_url
+    else:
+        sagacity = Sagacity.from_url(sagacity_or_url or default_url(), **dict(options or {}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owned:
+                sagacity.close()
+
+    try:
+        routes = router(sagacity, auth, tokens=tokens, poll_interval=poll_interval, ui=ui)
+    except BaseException:
+        if owned:
+            sagacity.close()
+        raise
+    app = FastAPI(
+        title="sagacity",
+        summary="Sagas, approvals and the journal of AI agents' tool calls",
+        lifespan=lifespan,
+    )
+    app.include_router(routes)
+    app.state.sagacity = sagacity
+
+    # Outside any route (a path that matches none, a method it does not take), errors
+    # get the same JSON shape as the routes' own.
+    async def http_error(request: Request, error: Exception) -> Response:
+        return error_response(error)
+
+    app.add_exception_handler(HTTPException, http_error)
+    return app
+
+
+def serve(
+    database: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    tokens: str | os.PathLike[str] | None = None,
+) -> None:
+    """Run `create_app` with uvicorn until interrupted (`sagacity serve`).
+
+    `SAGACITY_APPROVAL_KEY` may name an Ed25519 private key (PEM) to sign approvals with.
+    """
+    import uvicorn
+
+    options: dict[str, Any] = {}
+    key = os.environ.get("SAGACITY_APPROVAL_KEY")
+    if key:
+        from sagacity.audit._keys import load_private_key
+
+        options["approval_signing_key"] = load_private_key(key)
+    url = database if database is None or "://" in database else f"sqlite:///{database}"
+    app = create_app(url, tokens=tokens, options=options)
+    uvicorn.run(app, host=host, port=port)

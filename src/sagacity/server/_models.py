@@ -1,0 +1,288 @@
+"""The JSON bodies of the server's routes, as pydantic models (they make the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sagacity._outcome import SagaResult
+from sagacity._summary import InDoubtCall, SagaSummary
+from sagacity.approval import ApprovalRequest
+from sagacity.audit import VerificationReport
+from sagacity.compensation import CallRef, CompensationReport
+from sagacity.errors import SerializationError
+from sagacity.journal import JournalEntry
+from sagacity.journal._convert import to_json
+
+__all__ = [
+    "ApprovalModel",
+    "ApprovalRequestModel",
+    "ApproveBody",
+    "ApproveResult",
+    "DoubtModel",
+    "EditBody",
+    "EntryModel",
+    "RejectBody",
+    "ResolveBody",
+    "SagaDetail",
+    "SagaPage",
+    "SagaResultModel",
+    "SagaSummaryModel",
+    "VerificationModel",
+]
+
+Sha256 = Field(pattern="^[0-9a-f]{64}$", description="64 lowercase hex digits")
+
+StatusName = Literal[
+    "COMPLETED",
+    "COMPENSATED",
+    "COMPENSATION_FAILED",
+    "NEEDS_ATTENTION",
+    "AWAITING_APPROVAL",
+    "SUSPENDED",
+    "OPEN",
+    "UNREADABLE",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class SagaSummaryModel(_Model):
+    """How one saga stands."""
+
+    saga_id: str
+    status: str
+    """An ENDED outcome, or AWAITING_APPROVAL / OPEN for an open saga, or UNREADABLE."""
+    entries: int
+    first_at: str | None
+    last_at: str | None
+    pending: int
+    """Open approval requests."""
+    in_doubt: int
+    """Calls or compensations whose outcome is unknown."""
+    started_by: str | None = None
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, summary: SagaSummary) -> SagaSummaryModel:
+        return cls.model_validate(summary.to_json())
+
+
+class SagaPage(_Model):
+    """One page of sagas, by ascending saga id."""
+
+    sagas: list[SagaSummaryModel]
+    next_cursor: str | None
+    """Pass as `cursor` for the next page; null when there is no more."""
+
+
+class EntryModel(_Model):
+    """A journal entry, exactly as hashed (see docs/journal-format.md)."""
+
+    saga_id: str
+    seq: int
+    phase: str
+    tool_name: str | None
+    call_id: str | None
+    ref_seq: int | None
+    payload: Any
+    recorded_at: str
+    prev_hash: str
+    hash: str
+
+    @classmethod
+    def of(cls, entry: JournalEntry) -> EntryModel:
+        return cls.model_validate(entry.to_json())
+
+
+class ApprovalModel(_Model):
+    """One approver's approval that counts."""
+
+    approver: str
+    approved_at: str
+    seq: int
+    key_id: str | None = None
+    """The key that signed the approval; null when unsigned."""
+
+
+class ApprovalRequestModel(_Model):
+    """An IRREVERSIBLE call waiting for approval of its exact input."""
+
+    request_id: str
+    saga_id: str
+    seq: int
+    call_id: str
+    tool_name: str
+    input: dict[str, Any]
+    """The exact journaled arguments that run once approved."""
+    input_sha256: str
+    """sha256 of the input's RFC 8785 canonical JSON: what an approval binds."""
+    reason: str
+    requested_at: str
+    expires_at: str | None
+    started_by: str | None = None
+    """Who started the saga: they cannot approve it."""
+    approvers_required: int = 1
+    edited_by: str | None = None
+    state: str
+    """waiting, approved or tampered."""
+    approvals: list[ApprovalModel]
+    problem: str | None = None
+
+    @classmethod
+    def of(cls, request: ApprovalRequest) -> ApprovalRequestModel:
+        return cls.model_validate(request.to_json())
+
+
+class ApproveBody(_Model):
+    """Approve the input whose hash the approver was shown; any other field is ignored."""
+
+    sha256: str = Sha256
+    """The input_sha256 the approver saw; a request whose input hashes otherwise is 409."""
+
+
+class ApproveResult(_Model):
+    """The APPROVED entry, and where the request stands now."""
+
+    entry: EntryModel
+    request: ApprovalRequestModel | None
+    """The request after this approval (null if it was consumed meanwhile)."""
+    ready: bool
+    """Enough different principals approved: the call may be resumed."""
+
+
+class RejectBody(_Model):
+    """Reject a request: the saga is compensated."""
+
+    reason: str = Field(min_length=1, max_length=4000)
+
+
+class EditBody(_Model):
+    """Replace a request's input: journaled as a new request, to be approved itself."""
+
+    sha256: str = Sha256
+    """The input_sha256 of the request as the editor saw it."""
+    input: dict[str, Any]
+    """The new arguments, in full."""
+
+
+class ResolveBody(_Model):
+    """A human's finding on a call in doubt."""
+
+    executed: bool
+    """True: the call ran (with `result`); false: it did not run."""
+    result: Any = None
+
+
+class CallRefModel(_Model):
+    seq: int
+    tool_name: str
+    call_id: str
+    error: str | None = None
+
+    @classmethod
+    def of(cls, ref: CallRef) -> CallRefModel:
+        return cls(seq=ref.seq, tool_name=ref.tool_name, call_id=ref.call_id, error=ref.error)
+
+
+class CompensationModel(_Model):
+    compensated: list[CallRefModel]
+    failed: list[CallRefModel]
+    skipped: list[CallRefModel]
+    in_doubt: list[CallRefModel]
+
+    @classmethod
+    def of(cls, report: CompensationReport) -> CompensationModel:
+        return cls(
+            compensated=[CallRefModel.of(r) for r in report.compensated],
+            failed=[CallRefModel.of(r) for r in report.failed],
+            skipped=[CallRefModel.of(r) for r in report.skipped],
+            in_doubt=[CallRefModel.of(r) for r in report.in_doubt],
+        )
+
+
+class SagaResultModel(_Model):
+    """How a saga stands after resume, reject or compensate."""
+
+    saga_id: str
+    outcome: str
+    value: Any = None
+    """What the work returned, as JSON (its text when it cannot be made JSON)."""
+    error: str | None = None
+    compensation: CompensationModel | None = None
+    pending: list[ApprovalRequestModel] = []
+
+    @classmethod
+    def of(cls, result: SagaResult) -> SagaResultModel:
+        try:
+            value = to_json(result.value, where="the saga's value")
+        except SerializationError:
+            value = repr(result.value)
+        error = result.error
+        return cls(
+            saga_id=result.saga_id,
+            outcome=result.outcome.value,
+            value=value,
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            compensation=None
+            if result.compensation is None
+            else CompensationModel.of(result.compensation),
+            pending=[ApprovalRequestModel.of(r) for r in result.pending],
+        )
+
+
+class SagaDetail(_Model):
+    """A saga's summary, its journal entries, and its open approval requests."""
+
+    summary: SagaSummaryModel
+    entries: list[EntryModel]
+    pending: list[ApprovalRequestModel]
+
+
+class ProblemModel(_Model):
+    saga_id: str
+    seq: int
+    reason: str
+
+
+class VerificationModel(_Model):
+    """The result of recomputing every hash and link."""
+
+    ok: bool
+    sagas: int
+    entries: int
+    problems: list[ProblemModel]
+    store_problems: list[str] = []
+
+    @classmethod
+    def of(cls, report: VerificationReport) -> VerificationModel:
+        return cls(
+            ok=report.ok,
+            sagas=report.sagas,
+            entries=report.entries,
+            problems=[
+                ProblemModel(saga_id=p.saga_id, seq=p.seq, reason=p.reason) for p in report.problems
+            ],
+            store_problems=list(report.store_problems),
+        )
+
+
+class DoubtModel(_Model):
+    """A call, or its compensation, in doubt."""
+
+    saga_id: str
+    call_id: str
+    tool_name: str
+    seq: int
+    kind: str
+    """call (resolve it) or compensation."""
+    reason: str
+    recorded_at: str
+    saga_status: str
+
+    @classmethod
+    def of(cls, doubt: InDoubtCall) -> DoubtModel:
+        return cls.model_validate(doubt.to_json())

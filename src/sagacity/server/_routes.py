@@ -1,0 +1,346 @@
+"""The JSON API under `/sagacity/`: sagas, approvals, resume, compensate, resolve, export.
+
+Route functions are plain `def`s: FastAPI runs them in its thread pool, where the core's
+blocking journal calls belong. The principal's name is what is journaled as approver,
+rejecter, editor or resolver; a name in a request body is never read.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import io
+import re
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+import orjson
+from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi.responses import StreamingResponse
+
+from sagacity._ids import require_id
+from sagacity._summary import list_doubts, list_summaries, summarize
+from sagacity.approval import ApprovalRequest
+from sagacity.audit import iter_entries, verify
+from sagacity.errors import (
+    ApprovalNotFoundError,
+    ConfigurationError,
+    SagaNotFoundError,
+)
+from sagacity.journal import JournalEntry
+from sagacity.saga import Sagacity
+from sagacity.server._auth import APPROVER, OPERATOR, VIEWER, Principal, require
+from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute
+from sagacity.server._models import (
+    ApprovalRequestModel,
+    ApproveBody,
+    ApproveResult,
+    DoubtModel,
+    EditBody,
+    EntryModel,
+    RejectBody,
+    ResolveBody,
+    SagaDetail,
+    SagaPage,
+    SagaResultModel,
+    SagaSummaryModel,
+    StatusName,
+    VerificationModel,
+)
+
+__all__ = ["api_router"]
+
+# What `require_id` accepts, said in the schema: printable, not blank, at most 512
+# characters (a client learns it from the OpenAPI document instead of from a 422).
+_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]"
+ID_PATTERN = f"^{_PRINTABLE}*[^\\s\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]{_PRINTABLE}*$"
+_ID = {"min_length": 1, "max_length": 512, "pattern": ID_PATTERN}
+SagaId = Annotated[str, Path(description="the saga id", **_ID)]
+RequestId = Annotated[str, Path(description="the approval request id", **_ID)]
+CallId = Annotated[str, Path(description="the call id", **_ID)]
+SagaIdQuery = Annotated[str | None, Query(description="only this saga", **_ID)]
+
+Viewer = Annotated[Principal, Depends(require(VIEWER))]
+Approver = Annotated[Principal, Depends(require(APPROVER))]
+Operator = Annotated[Principal, Depends(require(OPERATOR))]
+
+_FIELDS = [
+    "saga_id",
+    "seq",
+    "phase",
+    "tool_name",
+    "call_id",
+    "ref_seq",
+    "payload",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+]
+
+
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def _since(value: str | None) -> str | None:
+    """An RFC 3339 time as the journal writes `recorded_at` (UTC, microseconds, Z).
+
+    Taken as text, not as pydantic's lax datetime, which would read `-44798` as a Unix
+    time. A leap second (`:60`) counts as `:59`; digits past the microsecond are dropped.
+    """
+    if value is None:
+        return None
+    found = _RFC3339.fullmatch(value)
+    moment = None
+    if found is not None:
+        date, minutes, seconds, fraction, offset = found.groups()
+        seconds = "59" if seconds == "60" else seconds
+        fraction = ((fraction or "") + "000000")[:6]
+        offset = "+00:00" if offset in ("Z", "z") else offset
+        try:
+            moment = datetime.datetime.fromisoformat(
+                f"{date}T{minutes}:{seconds}.{fraction}{offset}"
+            )
+        except ValueError:
+            moment = None
+    if moment is None:
+        raise HTTPException(
+            422, detail=f"since={value!r} is not an RFC 3339 time such as 2026-12-01T09:00:00Z"
+        )
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _request(sagacity: Sagacity, request_id: str) -> ApprovalRequest:
+    """The pending request `request_id` (ids are unique across sagas), as the journal has it."""
+    require_id(request_id, "request id")
+    stored = sagacity.approvals.get(request_id)
+    if stored is None:
+        raise ApprovalNotFoundError(
+            f"approval request {request_id!r} is not pending: it does not exist, was "
+            "rejected, or its call ran; GET /sagacity/approvals lists the pending ones"
+        )
+    for shown in sagacity.pending(stored.saga_id):
+        if shown.request_id == request_id:
+            return shown
+    raise ApprovalNotFoundError(
+        f"saga {stored.saga_id!r}: approval request {request_id!r} is no longer pending"
+    )
+
+
+def _saga(saga_id: str) -> str:
+    return require_id(saga_id, "saga id")
+
+
+def api_router(sagacity: Sagacity) -> APIRouter:
+    """The JSON routes over `sagacity`; `sagacity.server.router` adds auth binding.
+
+    Saga and call ids may hold `/` (a framework's ids often do), so their path
+    parameters take the rest of the path; the routes with a suffix (`/verify`) are
+    declared before the saga's own route so that they match first.
+    """
+    api = APIRouter(route_class=SagacityRoute, responses=ERROR_RESPONSES)
+
+    @api.get("/sagas", response_model=SagaPage, tags=["sagas"])
+    def list_sagas(
+        _: Viewer,
+        status: StatusName | None = None,
+        since: Annotated[
+            str | None,
+            Query(
+                description="only sagas active since then (RFC 3339, e.g. 2026-12-01T09:00:00Z)",
+                json_schema_extra={"format": "date-time"},
+            ),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        cursor: Annotated[
+            str | None, Query(description="next_cursor of the last page", **_ID)
+        ] = None,
+    ) -> SagaPage:
+        """List sagas by ascending saga id, with how each stands; page with `cursor`."""
+        page = list_summaries(
+            sagacity.journal, status=status, since=_since(since), limit=limit, cursor=cursor
+        )
+        return SagaPage(
+            sagas=[SagaSummaryModel.of(s) for s in page.summaries], next_cursor=page.next_cursor
+        )
+
+    @api.get("/sagas/{saga_id:path}/verify", response_model=VerificationModel, tags=["sagas"])
+    def verify_saga(saga_id: SagaId, _: Viewer) -> VerificationModel:
+        """Recompute every hash and link of the saga's chain."""
+        report = verify(sagacity.journal, _saga(saga_id))
+        if report.entries == 0 and not report.problems:
+            raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
+        return VerificationModel.of(report)
+
+    @api.get("/sagas/{saga_id:path}", response_model=SagaDetail, tags=["sagas"])
+    def saga_detail(saga_id: SagaId, _: Viewer) -> SagaDetail:
+        """A saga's summary, its journal entries in seq order, and its open requests."""
+        entries = sagacity.journal.entries(_saga(saga_id))
+        if not entries:
+            raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
+        return SagaDetail(
+            summary=SagaSummaryModel.of(summarize(sagacity.journal, saga_id)),
+            entries=[EntryModel.of(e) for e in entries],
+            pending=[ApprovalRequestModel.of(r) for r in sagacity.pending(saga_id)],
+        )
+
+    @api.get("/approvals", response_model=list[ApprovalRequestModel], tags=["approvals"])
+    def list_approvals(_: Viewer, saga_id: SagaIdQuery = None) -> list[ApprovalRequestModel]:
+        """Pending approval requests, oldest first, with the exact input and its sha256."""
+        if saga_id is not None:
+            _saga(saga_id)
+        return [ApprovalRequestModel.of(r) for r in sagacity.pending(saga_id)]
+
+    @api.get("/approvals/{request_id}", response_model=ApprovalRequestModel, tags=["approvals"])
+    def approval_detail(request_id: RequestId, _: Viewer) -> ApprovalRequestModel:
+        """One pending request."""
+        return ApprovalRequestModel.of(_request(sagacity, request_id))
+
+    @api.post("/approvals/{request_id}/approve", response_model=ApproveResult, tags=["approvals"])
+    def approve(request_id: RequestId, body: ApproveBody, principal: Approver) -> ApproveResult:
+        """Approve the request's input whose sha256 the approver saw; journaled as the principal."""
+        request = _request(sagacity, request_id)
+        entry = sagacity.approve(
+            request.saga_id,
+            approver=principal.name,
+            request_id=request_id,
+            expected_sha256=body.sha256,
+        )
+        now = next(
+            (r for r in sagacity.pending(request.saga_id) if r.request_id == request_id), None
+        )
+        return ApproveResult(
+            entry=EntryModel.of(entry),
+            request=None if now is None else ApprovalRequestModel.of(now),
+            ready=now is not None and now.state == "approved",
+        )
+
+    @api.post("/approvals/{request_id}/reject", response_model=SagaResultModel, tags=["approvals"])
+    def reject(request_id: RequestId, body: RejectBody, principal: Approver) -> SagaResultModel:
+        """Reject the request: journaled as the principal, the saga is compensated."""
+        request = _request(sagacity, request_id)
+        result = sagacity.reject(
+            request.saga_id, approver=principal.name, reason=body.reason, request_id=request_id
+        )
+        return SagaResultModel.of(result)
+
+    @api.post(
+        "/approvals/{request_id}/edit", response_model=ApprovalRequestModel, tags=["approvals"]
+    )
+    def edit(request_id: RequestId, body: EditBody, principal: Approver) -> ApprovalRequestModel:
+        """Replace the input: a new request with its own hash, which must then be approved."""
+        request = _request(sagacity, request_id)
+        if body.sha256 != request.input_sha256:
+            raise HTTPException(
+                409,
+                detail=f"saga {request.saga_id!r}: request {request_id!r} now has input sha256 "
+                f"{request.input_sha256}, not the {body.sha256} that was edited; reload it",
+            )
+        edited = sagacity.edit(
+            request.saga_id, approver=principal.name, request_id=request_id, new_input=body.input
+        )
+        return ApprovalRequestModel.of(edited)
+
+    @api.post("/sagas/{saga_id:path}/resume", response_model=SagaResultModel, tags=["operations"])
+    def resume(
+        saga_id: SagaId,
+        _: Operator,
+        request_id: Annotated[str | None, Query(description="which request", **_ID)] = None,
+    ) -> SagaResultModel:
+        """Run the approved call with its journaled input, here, where the tool is wrapped."""
+        try:
+            result = sagacity.resume_saga(_saga(saga_id), request_id=request_id)
+        except ConfigurationError as error:
+            raise HTTPException(
+                409,
+                detail=f"{error}. Resume where the tool is wrapped: mount "
+                "sagacity.server.router(sagacity) in the app that wraps it, or call "
+                "Sagacity.resume_saga (or the framework's own resume) there",
+            ) from error
+        return SagaResultModel.of(result)
+
+    @api.post(
+        "/sagas/{saga_id:path}/compensate", response_model=SagaResultModel, tags=["operations"]
+    )
+    def compensate(saga_id: SagaId, _: Operator) -> SagaResultModel:
+        """Run the compensation walk (again); a compensation already done never repeats."""
+        return SagaResultModel.of(sagacity.compensate(_saga(saga_id)))
+
+    @api.post(
+        "/sagas/{saga_id:path}/calls/{call_id:path}/resolve",
+        response_model=EntryModel,
+        tags=["operations"],
+    )
+    def resolve(
+        saga_id: SagaId, call_id: CallId, body: ResolveBody, principal: Operator
+    ) -> EntryModel:
+        """Record a human's finding on an in-doubt call; journaled with the principal."""
+        require_id(call_id, f"saga {saga_id!r}: call id")
+        entry = sagacity.resolve(
+            _saga(saga_id), call_id, executed=body.executed, result=body.result, by=principal.name
+        )
+        return EntryModel.of(entry)
+
+    @api.get("/doubts", response_model=list[DoubtModel], tags=["sagas"])
+    def doubts(
+        _: Viewer,
+        saga_id: SagaIdQuery = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    ) -> list[DoubtModel]:
+        """Calls and compensations in doubt, across sagas (or of one)."""
+        if saga_id is not None:
+            _saga(saga_id)
+        return [
+            DoubtModel.of(d) for d in list_doubts(sagacity.journal, saga_id=saga_id, limit=limit)
+        ]
+
+    @api.get(
+        "/export",
+        tags=["sagas"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/x-ndjson": {}, "text/csv": {}}}},
+    )
+    def export(
+        _: Viewer,
+        format: Literal["jsonl", "csv"] = "jsonl",
+        saga_id: SagaIdQuery = None,
+    ) -> StreamingResponse:
+        """The journal as JSON Lines (verifiable alone) or CSV, streamed a batch at a time."""
+        entries: Iterator[JournalEntry]
+        if saga_id is None:
+            entries = iter_entries(sagacity.journal)
+        else:
+            one = sagacity.journal.entries(_saga(saga_id))
+            if not one:
+                raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
+            entries = iter(one)
+        media = "application/x-ndjson" if format == "jsonl" else "text/csv"
+        name = "sagacity-journal." + format
+        return StreamingResponse(
+            _jsonl(entries) if format == "jsonl" else _csv(entries),
+            media_type=media,
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+
+    return api
+
+
+def _jsonl(entries: Iterator[JournalEntry]) -> Iterator[bytes]:
+    for entry in entries:
+        yield orjson.dumps(entry.to_json()) + b"\n"
+
+
+def _csv(entries: Iterator[JournalEntry]) -> Iterator[str]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(_FIELDS)
+    for entry in entries:
+        row = entry.to_json()
+        row["payload"] = orjson.dumps(row["payload"]).decode()
+        writer.writerow([row[field] for field in _FIELDS])
+        if buffer.tell() > 64 * 1024:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()

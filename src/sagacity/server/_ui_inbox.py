@@ -1,0 +1,218 @@
+"""What the approval inbox shows: its items, a journal as a timeline, payloads as text.
+
+`inbox_items` is the one list of things waiting for a human. Tool approvals are its
+items today; workflow gates join it here (an item of kind `"gate"`), so the queue, the
+saga page and the live updates show them without changes of their own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import unicodedata
+from typing import Any
+from urllib.parse import quote
+
+from sagacity.adapter import payload_of
+from sagacity.approval import ApprovalRequest
+from sagacity.journal import JournalEntry, sha256_hex
+from sagacity.saga import Sagacity
+
+__all__ = [
+    "InboxItem",
+    "TimelineRow",
+    "age",
+    "expiry",
+    "inbox_items",
+    "pretty_json",
+    "timeline",
+]
+
+# Characters that change how text reads without showing themselves: bidi overrides and
+# isolates, zero-width joiners, tag characters, soft hyphens, line separators, private and
+# unassigned code points. An approver must see exactly what will run, so they are shown as
+# JSON escapes (`\u202e`), which decode to the very same string.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class InboxItem:
+    """One thing that waits for a human's decision."""
+
+    kind: str
+    """`"tool"` for an IRREVERSIBLE call's approval request (`"gate"` for a workflow gate)."""
+    item_id: str
+    """The request id."""
+    saga_id: str
+    """The saga (or workflow run) that waits."""
+    title: str
+    """What waits: the tool's name."""
+    reason: str
+    """Why it needs approval, as the tool declared it."""
+    requested_at: datetime.datetime
+    """When it was asked."""
+    expires_at: datetime.datetime | None
+    """When it stops being usable; None for never."""
+    state: str
+    """`waiting`, `approved` or `tampered` (see `ApprovalRequest.state`)."""
+    approvals: tuple[str, ...]
+    """Who approved so far."""
+    approvers_required: int
+    """How many distinct approvers it needs."""
+    url: str
+    """The item's page, relative to the inbox."""
+    saga_url: str
+    """The saga's page, relative to the inbox."""
+
+
+def approvers_required(request: ApprovalRequest) -> int:
+    """How many distinct approvers the request needs."""
+    return max(1, request.approvers_required)
+
+
+def started_by(request: ApprovalRequest) -> str | None:
+    """Who started the request's saga, as the journal records it; None if nobody said."""
+    return request.started_by
+
+
+def request_path(request_id: str) -> str:
+    """The path of a request's page below the inbox."""
+    return f"/requests/{quote(request_id, safe='')}"
+
+
+def saga_path(saga_id: str) -> str:
+    """The path of a saga's page below the inbox (the id goes in the query: any id works)."""
+    return f"/saga?id={quote(saga_id, safe='')}"
+
+
+def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxItem]:
+    """Everything waiting for a decision, of one saga or of all, oldest first."""
+    items = [
+        InboxItem(
+            kind="tool",
+            item_id=request.request_id,
+            saga_id=request.saga_id,
+            title=request.tool_name,
+            reason=request.reason,
+            requested_at=request.requested_at,
+            expires_at=request.expires_at,
+            state=request.state,
+            approvals=tuple(a.approver for a in request.approvals),
+            approvers_required=approvers_required(request),
+            url=request_path(request.request_id),
+            saga_url=saga_path(request.saga_id),
+        )
+        for request in sagacity.pending(saga_id)
+    ]
+    items.sort(key=lambda item: (item.requested_at, item.item_id))
+    return items
+
+
+def inbox_version(items: list[InboxItem], entries: list[JournalEntry] | None = None) -> str:
+    """A digest of what a page shows: it changes when an item or the saga's journal does.
+
+    `items` are the page's items (all of them for the queue, the saga's for a saga or
+    request page) and `entries` the saga's journal (None for the queue); the live-update
+    stream computes the same digest from the stores, so a page drawn from them is current.
+    """
+    shown: list[Any] = [[i.kind, i.item_id, i.state, list(i.approvals)] for i in items]
+    if entries is not None:
+        shown.append([len(entries), entries[-1].hash if entries else None])
+    return sha256_hex(shown)[:32]
+
+
+def age(since: datetime.datetime, now: datetime.datetime) -> str:
+    """How long ago, roughly: `45s`, `12m`, `3h`, `2d`."""
+    return _span((now - since).total_seconds())
+
+
+def expiry(expires_at: datetime.datetime | None, now: datetime.datetime) -> str:
+    """`never`, `expired`, or `in 12m`."""
+    if expires_at is None:
+        return "never"
+    left = (expires_at - now).total_seconds()
+    return "expired" if left <= 0 else f"in {_span(left)}"
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def pretty_json(value: Any) -> str:
+    """`value` as indented JSON, with every invisible or reordering character escaped."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return "".join(_visible(char) for char in text)
+
+
+def _visible(char: str) -> str:
+    if char.isascii() and (char.isprintable() or char == "\n"):
+        return char
+    category = unicodedata.category(char)
+    if category not in _HIDDEN_CATEGORIES and not (category == "Zs" and char != " "):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def hash_matches(request: ApprovalRequest) -> bool:
+    """Whether the input shown hashes to the hash shown (the core checks it too)."""
+    return sha256_hex(request.input) == request.input_sha256
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class TimelineRow:
+    """One journal entry as the timeline shows it."""
+
+    seq: int
+    phase: str
+    tool_name: str | None
+    call_id: str | None
+    recorded_at: str
+    summary: str
+    payload: str
+    highlight: bool
+
+
+def timeline(entries: list[JournalEntry], *, highlight: int | None = None) -> list[TimelineRow]:
+    """The saga's entries, oldest first, each with a one-line summary and its payload."""
+    return [
+        TimelineRow(
+            seq=entry.seq,
+            phase=entry.phase.value,
+            tool_name=entry.tool_name,
+            call_id=entry.call_id,
+            recorded_at=entry.recorded_at,
+            summary=_summary(entry),
+            payload="" if entry.payload is None else pretty_json(entry.payload),
+            highlight=entry.seq == highlight,
+        )
+        for entry in entries
+    ]
+
+
+def _summary(entry: JournalEntry) -> str:
+    payload = payload_of(entry)
+    phase = entry.phase.value
+    parts: list[str] = []
+    if phase in ("APPROVED", "REJECTED") and isinstance(payload.get("approver"), str):
+        parts.append(
+            f"{'approved' if phase == 'APPROVED' else 'rejected'} by {payload['approver']}"
+        )
+    if phase == "AWAITING_APPROVAL" and isinstance(payload.get("request_id"), str):
+        parts.append(f"request {payload['request_id']}")
+    for key in ("reason", "error", "outcome", "resolved_by", "started_by"):
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            parts.append(f"{key.replace('_', ' ')}: {value}")
+    if phase == "EXECUTED" and "result" in payload:
+        result = json.dumps(payload["result"], ensure_ascii=False)
+        parts.append(f"result: {result if len(result) <= 120 else result[:117] + '...'}")
+    return "; ".join(parts)

@@ -1,0 +1,70 @@
+"""Rows edited behind sagacity's back: the API shows it, refuses on it, and loses nothing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from fastapi.testclient import TestClient
+
+from sagacity import Sagacity
+from tests.server._bank import ALICE, OLGA, VIEWER, Bank, pending_one, start_wire
+
+
+def _db(db_url: str) -> str:
+    return db_url[len("sqlite:///") :]
+
+
+def test_an_edited_stored_request_is_shown_tampered_and_not_approvable(
+    client: TestClient, sagacity: Sagacity, bank: Bank, db_url: str
+) -> None:
+    """An edited stored copy of a request is shown tampered and cannot be approved.
+
+    The API shows the journal's input with state tampered and the problem; approving
+    journals nothing and resuming runs nothing.
+    """
+    start_wire(sagacity, bank, "t-1", amount="10", to="acct-1")
+    shown = pending_one(client, "t-1")
+    with sqlite3.connect(_db(db_url)) as db:
+        db.execute(
+            "UPDATE sagacity_approval_request SET input = ? WHERE request_id = ?",
+            (json.dumps({"amount": "10", "to": "mallory"}), shown["request_id"]),
+        )
+    now = pending_one(client, "t-1")
+    assert now["state"] == "tampered"
+    assert now["problem"]
+    assert now["input"] == {"amount": "10", "to": "acct-1"}  # the journal's, not the store's
+    before = len(sagacity.journal.entries("t-1"))
+    response = client.post(
+        f"/sagacity/approvals/{shown['request_id']}/approve",
+        json={"sha256": shown["input_sha256"]},
+        headers=ALICE,
+    )
+    assert response.status_code in (403, 409), response.text
+    assert len(sagacity.journal.entries("t-1")) == before
+    assert client.post("/sagacity/sagas/t-1/resume", headers=OLGA).status_code in (403, 409)
+    assert bank.log == ["reserve sku-t-1"]
+
+
+def test_an_unreadable_journal_row(client: TestClient, sagacity: Sagacity, db_url: str) -> None:
+    """A journal row made unreadable breaks only its own saga's pages.
+
+    The listing still answers (that saga UNREADABLE), the saga's own page is 503 naming
+    it, and verify reports the row.
+    """
+    for saga_id in ("u-1", "u-2"):
+        sagacity.saga(saga_id, lambda: sagacity.tool("reserve")(sku="x"))
+    with sqlite3.connect(_db(db_url)) as db:
+        db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
+        db.execute("UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'u-1'")
+    listed = client.get("/sagacity/sagas", headers=VIEWER)
+    assert listed.status_code == 200
+    statuses = {s["saga_id"]: s["status"] for s in listed.json()["sagas"]}
+    assert statuses == {"u-1": "UNREADABLE", "u-2": "COMPLETED"}
+    detail = client.get("/sagacity/sagas/u-1", headers=VIEWER)
+    assert detail.status_code == 503
+    assert detail.json()["saga_id"] == "u-1"
+    assert "'u-1'" in detail.json()["message"]
+    verified = client.get("/sagacity/sagas/u-1/verify", headers=VIEWER).json()
+    assert verified["ok"] is False
+    assert verified["problems"][0]["saga_id"] == "u-1"
