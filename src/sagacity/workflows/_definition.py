@@ -1,0 +1,441 @@
+"""A workflow's declarations, checked, and its stages made into journaled tools.
+
+A run is a saga; each stage is a `SagaTool` named `<workflow>.<stage>` whose call id is
+the stage's name, so a run that is resumed finds its stages in the journal and replays
+the ones that ran. The run's start is journaled as a call of a tool named after the
+workflow, whose input is the run's input: a run killed before its first stage finished
+can be continued from the journal alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import itertools
+import math
+import re
+import typing
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from sagacity._wrap import collect_tools
+from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
+from sagacity.errors import ConfigurationError
+from sagacity.saga import Sagacity
+from sagacity.tools import SagaTool
+from sagacity.workflows._declare import (
+    GateDeclaration,
+    StageCheck,
+    checks_of,
+    gate_of,
+    stage_of,
+    workflow_of,
+)
+
+__all__ = ["START_CALL", "StageDefinition", "WorkflowDefinition", "define", "nothing_to_undo"]
+
+START_CALL = "workflow"
+"""The call id of a run's start: the call of the workflow's own tool, with the input."""
+
+_OWNERS: weakref.WeakKeyDictionary[Sagacity, dict[str, type]] = weakref.WeakKeyDictionary()
+"""The class of each workflow name, per Sagacity: a Sagacity holds one compensation per
+stage, so a runtime built again for a workflow must be of the same class."""
+
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
+"""Workflow and stage names: `<workflow>.<stage>` must be a tool name every framework takes."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class StageDefinition:
+    """One stage of a workflow, its declarations checked."""
+
+    name: str
+    """Its name: in the journal (its call id), the approval page and the routes."""
+    order: int
+    """Its place: stages run in ascending order."""
+    tool: SagaTool
+    """The journaled tool that runs it."""
+    parameter: str
+    """The name of the parameter that receives the previous stage's output."""
+    annotation: Any
+    """That parameter's type hint: the journaled value is rebuilt by it."""
+    gate: GateDeclaration | None
+    """Its gate, when the run pauses before it; None: no gate (or one declared off)."""
+    checks: tuple[StageCheck, ...]
+    """Its pre-flight checks, in the order they run."""
+
+    @property
+    def call_id(self) -> str:
+        """The stage's call id in the run's journal."""
+        return self.name
+
+    @property
+    def waits_for_approval(self) -> bool:
+        """Whether the stage waits for a human: a gate, or an IRREVERSIBLE stage."""
+        return self.tool.approval_reason is not None or (
+            self.tool.reversibility is Reversibility.IRREVERSIBLE
+        )
+
+    @property
+    def timeout_seconds(self) -> float:
+        """Seconds its gate waits for a decision; 0 for ever."""
+        return 0 if self.gate is None else self.gate.timeout_seconds
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class WorkflowDefinition:
+    """A workflow as the runtime runs it."""
+
+    name: str
+    """The workflow's name."""
+    description: str
+    """Shown to approvers."""
+    instance: object
+    """The workflow object whose stages run."""
+    stages: tuple[StageDefinition, ...]
+    """Its stages, in the order they run."""
+    start: SagaTool
+    """The tool whose call journals a run's start and input."""
+
+    def stage(self, name: str) -> StageDefinition:
+        """The stage called `name`.
+
+        Raises:
+            ConfigurationError: The workflow has no such stage.
+        """
+        for declared in self.stages:
+            if declared.name == name:
+                return declared
+        raise ConfigurationError(
+            f"workflow {self.name!r} has no stage {name!r}; its stages are "
+            f"{[s.name for s in self.stages]}"
+        )
+
+    @property
+    def is_async(self) -> bool:
+        """Whether a stage or a check is async: the run is then driven by an event loop."""
+        return any(
+            s.tool.is_async or any(inspect.iscoroutinefunction(c.check) for c in s.checks)
+            for s in self.stages
+        )
+
+
+def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
+    """Check a `workflow` class (or an object of one) and make its stages into tools.
+
+    Raises:
+        ConfigurationError: A declaration is wrong: see `WorkflowRuntime`.
+    """
+    if isinstance(source, type):
+        cls = source
+        if workflow_of(cls) is None:
+            raise ConfigurationError(f"{cls.__qualname__} is not declared with @workflow(...)")
+        try:
+            instance = cls()
+        except TypeError as error:
+            raise ConfigurationError(
+                f"workflow class {cls.__qualname__} cannot be built without arguments "
+                f"({error}); pass an instance built with its services instead"
+            ) from error
+    else:
+        cls, instance = type(source), source
+    declaration = workflow_of(cls)
+    if declaration is None:
+        raise ConfigurationError(
+            f"{cls.__qualname__} is not declared with @workflow(...); pass workflow classes "
+            "or their instances"
+        )
+    name = declaration.name
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigurationError(
+            f"workflow {name!r} ({cls.__qualname__}): a workflow name is 1 to 48 letters, "
+            "digits, '_' or '-'"
+        )
+    where = f"workflow {name!r} ({cls.__qualname__})"
+    owners = _OWNERS.setdefault(sagacity, {})
+    if owners.setdefault(name, cls) is not cls:
+        raise ConfigurationError(
+            f"two workflows are named {name!r} on this Sagacity ({owners[name].__qualname__} "
+            f"and {cls.__qualname__}); give each workflow its own name"
+        )
+    stages = _stages(sagacity, cls, instance, name, where)
+    start_call = _start_function(name, [s.name for s in stages])
+    start_call.__doc__ = declaration.description or f"A run of workflow {name!r}."
+    start_call.__sagacity_tool__ = ToolDeclaration(  # type: ignore[attr-defined]
+        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=name
+    )
+    start = _journaled(sagacity, start_call, None, where)
+    return WorkflowDefinition(
+        name=name,
+        description=declaration.description,
+        instance=instance,
+        stages=tuple(stages),
+        start=start,
+    )
+
+
+def nothing_to_undo() -> None:
+    """The compensation of a run's start and of stages that declare no effect."""
+
+
+def _start_function(name: str, stages: list[str]) -> Callable[..., Any]:
+    def start(input: object) -> dict[str, Any]:
+        return {"workflow": name, "stages": stages}
+
+    return start
+
+
+def _stages(
+    sagacity: Sagacity, cls: type, instance: object, name: str, where: str
+) -> list[StageDefinition]:
+    found: list[tuple[int, str, Callable[..., Any]]] = []
+    for attribute in sorted(dir(cls)):
+        func = inspect.getattr_static(cls, attribute, None)
+        if isinstance(func, staticmethod | classmethod):
+            func = func.__func__
+        declared = stage_of(func)
+        if declared is None:
+            if gate_of(func) is not None or checks_of(func):
+                what = "@gate" if gate_of(func) is not None else "@check"
+                raise ConfigurationError(
+                    f"{where}: {attribute} has {what} but is not a @stage; gates and checks "
+                    "guard stages: add @stage(order=...) or move the decorator"
+                )
+            continue
+        assert callable(func)
+        order = declared.order
+        if isinstance(order, bool) or not isinstance(order, int):
+            raise ConfigurationError(
+                f"{where}: stage {attribute}: order must be a whole number, not {order!r}"
+            )
+        stage_name = declared.name or attribute
+        if not isinstance(stage_name, str) or not _NAME.fullmatch(stage_name):
+            raise ConfigurationError(
+                f"{where}: stage name {stage_name!r} must be 1 to 48 letters, digits, '_' or '-'"
+            )
+        found.append((order, stage_name, func))
+    if not found:
+        raise ConfigurationError(f"{where} has no @stage methods")
+    found.sort(key=lambda item: item[0])
+    for (first_order, first, _), (order, second, _) in itertools.pairwise(found):
+        if first_order == order:
+            raise ConfigurationError(
+                f"{where}: stages {first!r} and {second!r} both have order {order}; give each "
+                "stage its own order"
+            )
+    names = [stage_name for _, stage_name, _ in found]
+    for stage_name in names:
+        if names.count(stage_name) > 1:
+            raise ConfigurationError(f"{where}: two stages are named {stage_name!r}")
+    return [
+        _stage(sagacity, instance, name, order, stage_name, func, where)
+        for order, stage_name, func in found
+    ]
+
+
+def _stage(
+    sagacity: Sagacity,
+    instance: object,
+    workflow_name: str,
+    order: int,
+    name: str,
+    func: Callable[..., Any],
+    where: str,
+) -> StageDefinition:
+    here = f"{where}: stage {name!r}"
+    method = getattr(instance, func.__name__)
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        raise ConfigurationError(
+            f"{here} is a generator; a stage returns its output, which the next stage receives"
+        )
+    parameter = _first_parameter(method, here, first=order == _first_order(instance))
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception as error:
+        raise ConfigurationError(
+            f"{here}: its annotations cannot be resolved ({error}); the journaled value is "
+            "rebuilt by them"
+        ) from error
+    gate = _gate(gate_of(func), here)
+    checks = tuple(_check(c, here) for c in checks_of(func))
+    tool_name = f"{workflow_name}.{name}"
+    reason = None
+    if gate is not None:
+        reason = gate.reason or f"workflow {workflow_name!r} waits at the gate before {name!r}"
+    tool = _tool(sagacity, instance, method, tool_name, reason, here)
+    return StageDefinition(
+        name=name,
+        order=order,
+        tool=tool,
+        parameter=parameter,
+        annotation=hints.get(parameter, Any),
+        gate=gate,
+        checks=checks,
+    )
+
+
+def _first_order(instance: object) -> int:
+    orders = []
+    for attribute in dir(type(instance)):
+        declared = stage_of(inspect.getattr_static(type(instance), attribute, None))
+        if declared is not None:
+            orders.append(declared.order)
+    return min(orders)
+
+
+def _first_parameter(method: Callable[..., Any], here: str, *, first: bool) -> str:
+    """The parameter that receives the previous output; every other one must have a default."""
+    what = "the run's input" if first else "the previous stage's output"
+    try:
+        parameters = list(inspect.signature(method).parameters.values())
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"{here} has no readable signature") from error
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if not parameters or parameters[0].kind not in positional:
+        raise ConfigurationError(
+            f"{here} cannot take {what}: its first parameter receives it; add one, as in "
+            "`def stage(self, value): ...`"
+        )
+    for parameter in parameters[1:]:
+        if parameter.default is inspect.Parameter.empty and parameter.kind in (
+            *positional,
+            inspect.Parameter.KEYWORD_ONLY,
+        ):
+            raise ConfigurationError(
+                f"{here} takes {what} in {parameters[0].name!r} and nothing else without a "
+                f"default, but {parameter.name!r} has none"
+            )
+    return parameters[0].name
+
+
+def _gate(declared: GateDeclaration | None, here: str) -> GateDeclaration | None:
+    if declared is None:
+        return None
+    timeout: object = declared.timeout_seconds
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise ConfigurationError(
+            f"{here}: gate timeout_seconds must be a number of seconds ≥ 0 (0: no timeout), "
+            f"not {timeout!r}"
+        )
+    if not isinstance(declared.reason, str):
+        raise ConfigurationError(f"{here}: gate reason must be text, not {declared.reason!r}")
+    if not isinstance(declared.approval_required, bool):
+        raise ConfigurationError(f"{here}: gate approval_required must be True or False")
+    return declared if declared.approval_required else None
+
+
+def _check(declared: object, here: str) -> StageCheck:
+    if isinstance(declared, type):
+        if not issubclass(declared, StageCheck):
+            raise ConfigurationError(
+                f"{here}: check {declared.__qualname__} is not a StageCheck subclass"
+            )
+        try:
+            return declared()
+        except TypeError as error:
+            raise ConfigurationError(
+                f"{here}: check {declared.__qualname__} cannot be built without arguments "
+                f"({error}); pass an instance built with its arguments instead"
+            ) from error
+    if isinstance(declared, StageCheck):
+        return declared
+    raise ConfigurationError(
+        f"{here}: check {declared!r} is neither a StageCheck subclass nor an instance of one"
+    )
+
+
+def _tool(
+    sagacity: Sagacity,
+    instance: object,
+    method: Callable[..., Any],
+    tool_name: str,
+    reason: str | None,
+    here: str,
+) -> SagaTool:
+    """The stage's method as a journaled tool named `tool_name`."""
+    call = _forwarding(method)
+    # No @compensable: the stage declares no effect, so there is nothing to undo. It is
+    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything.
+    declaration = declaration_of(method) or ToolDeclaration(
+        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=None
+    )
+    by = declaration.by
+    if isinstance(by, str):
+        found = getattr(instance, by, None)
+        if found is None or not callable(found):
+            raise ConfigurationError(
+                f"{here} names compensation {by!r}, which {type(instance).__qualname__} does "
+                f"not define; define {by}() or fix the name"
+            )
+        by = found
+    elif by is not None:
+        bound = getattr(instance, getattr(by, "__name__", ""), None)
+        if getattr(bound, "__func__", None) is by:
+            by = bound  # a function of the class body: the instance's bound method
+    call.__sagacity_tool__ = dataclasses.replace(  # type: ignore[attr-defined]
+        declaration, name=tool_name, by=by
+    )
+    return _journaled(sagacity, call, reason, here)
+
+
+def _journaled(
+    sagacity: Sagacity, call: Callable[..., Any], reason: str | None, here: str
+) -> SagaTool:
+    """A journaled tool of `call`, its declaration checked as `wrap` checks it.
+
+    Not wrapped into `sagacity`'s tools: a stage runs only inside its run, in order. Were
+    it wrapped, `Sagacity.resume_saga(run_id)` without work would run an approved gated
+    stage alone and end the run COMPLETED with the later stages never run; unwrapped, it
+    refuses. Only its compensation is registered, for the walk.
+    """
+    try:
+        (declared,) = collect_tools([call])
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{here}: {error}") from error
+    # The facade's own registries: the workflows are part of the core, and `wrap` is the
+    # only public way in, which would also make the stage a tool anyone could resume.
+    if declared.name in sagacity._tools:
+        raise ConfigurationError(
+            f"{here}: a tool named {declared.name!r} is wrapped in this Sagacity already; "
+            "rename the tool, the workflow or the stage"
+        )
+    if declared.compensation is not None:
+        sagacity._registry.register(declared.compensation)
+    return SagaTool(
+        sagacity,
+        declared.func,
+        name=declared.name,
+        description=declared.description,
+        reversibility=declared.reversibility,
+        retry=declared.retry,
+        approval_reason=reason,
+    )
+
+
+def _forwarding(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function that calls `method`, with its signature, name and docstring.
+
+    The stage's tool needs a declaration of its own (its tool name), which cannot be set
+    on a bound method without changing every instance's.
+    """
+    if inspect.iscoroutinefunction(method):
+
+        async def forward_async(*args: Any, **kwargs: Any) -> Any:
+            return await method(*args, **kwargs)
+
+        forward: Callable[..., Any] = forward_async
+    else:
+
+        def forward_sync(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        forward = forward_sync
+    functools.update_wrapper(forward, method)
+    return forward

@@ -1,0 +1,184 @@
+"""The work a workflow run's saga runs: the start call, then each stage in order.
+
+The saga core does the rest: a stage that ran is replayed from the journal, a gated
+stage asks for (or checks) its approval, a failure marks the saga for compensation.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sagacity._scope import SagaScope, current_scope
+from sagacity.approval import ApprovalRequest
+from sagacity.errors import SerializationError
+from sagacity.journal import JsonValue, to_json
+from sagacity.journal._rebuild import from_json
+from sagacity.workflows._declare import CheckContext, CheckResult, StageCheck
+from sagacity.workflows._definition import START_CALL, StageDefinition, WorkflowDefinition
+from sagacity.workflows._state import CHECK_FAILED, CheckFailedError
+
+__all__ = ["awork_of", "work_of"]
+
+_PAUSED = object()
+"""What a gated stage's call returns when the run pauses at its gate."""
+
+
+def work_of(
+    definition: WorkflowDefinition, run_id: str, input_json: JsonValue
+) -> Callable[[], Any]:
+    """The work of run `run_id`: returns the last output, or None when it paused."""
+
+    def work() -> Any:
+        scope = _scope(run_id)
+        definition.start.invoke((input_json,), call_id=START_CALL)
+        value_json: JsonValue = input_json
+        outputs: dict[str, JsonValue] = {}
+        for declared in definition.stages:
+            value = _stage_value(definition, declared, value_json)
+            if not _executed(scope, declared):
+                context = _context(definition, declared, run_id, value, outputs)
+                for stage_check in declared.checks:
+                    try:
+                        verdict: object = stage_check.check(context)
+                    except Exception as error:  # a check that cannot say ok fails closed
+                        verdict = error
+                    _judge(scope, declared, stage_check, verdict)
+            result = declared.tool.invoke(
+                (value,), call_id=declared.call_id, on_approval_needed=_pause
+            )
+            if result is _PAUSED:
+                return None
+            value_json = outputs[declared.name] = _output(definition, declared, result)
+        return value_json
+
+    return work
+
+
+def awork_of(
+    definition: WorkflowDefinition, run_id: str, input_json: JsonValue
+) -> Callable[[], Awaitable[Any]]:
+    """The async work of run `run_id`: async stages and checks are awaited."""
+
+    async def work() -> Any:
+        scope = _scope(run_id)
+        await definition.start.ainvoke((input_json,), call_id=START_CALL)
+        value_json: JsonValue = input_json
+        outputs: dict[str, JsonValue] = {}
+        for declared in definition.stages:
+            value = _stage_value(definition, declared, value_json)
+            if not _executed(scope, declared):
+                context = _context(definition, declared, run_id, value, outputs)
+                for stage_check in declared.checks:
+                    try:
+                        verdict: object = stage_check.check(context)
+                        if inspect.isawaitable(verdict):
+                            verdict = await _awaited(verdict)
+                    except Exception as error:  # a check that cannot say ok fails closed
+                        verdict = error
+                    _judge(scope, declared, stage_check, verdict)
+            result = await declared.tool.ainvoke(
+                (value,), call_id=declared.call_id, on_approval_needed=_pause
+            )
+            if result is _PAUSED:
+                return None
+            value_json = outputs[declared.name] = _output(definition, declared, result)
+        return value_json
+
+    return work
+
+
+def _pause(request: ApprovalRequest) -> object:
+    return _PAUSED
+
+
+def _scope(run_id: str) -> SagaScope:
+    scope = current_scope()
+    assert scope is not None
+    assert scope.saga_id == run_id
+    return scope
+
+
+def _executed(scope: SagaScope, declared: StageDefinition) -> bool:
+    call = scope.history.latest_call.get(declared.call_id)
+    return call is not None and call.executed
+
+
+def _stage_value(
+    definition: WorkflowDefinition, declared: StageDefinition, value_json: JsonValue
+) -> Any:
+    """The previous output (or the input) rebuilt as the stage's parameter is annotated.
+
+    Always rebuilt from its JSON, in a first run as in a resumed one: a stage sees the
+    same value whether or not the process that ran the stage before it survived.
+    """
+    return from_json(
+        value_json,
+        declared.annotation,
+        where=f"workflow {definition.name!r} stage {declared.name!r} argument "
+        f"{declared.parameter!r}",
+    )
+
+
+def _output(definition: WorkflowDefinition, declared: StageDefinition, result: Any) -> JsonValue:
+    try:
+        return to_json(result, where=f"workflow {definition.name!r} stage {declared.name!r} output")
+    except SerializationError as error:
+        raise SerializationError(
+            f"{error}; a stage's output is journaled and fed to the next stage, so it must "
+            "be JSON or a type sagacity converts (dataclass, pydantic model, Decimal, ...)"
+        ) from None
+
+
+def _context(
+    definition: WorkflowDefinition,
+    declared: StageDefinition,
+    run_id: str,
+    value: Any,
+    outputs: dict[str, JsonValue],
+) -> CheckContext:
+    return CheckContext(
+        run_id=run_id,
+        workflow_name=definition.name,
+        stage_name=declared.name,
+        value=value,
+        input=declared.tool.input_of((value,), {}),
+        outputs=dict(outputs),
+        workflow=definition.instance,
+    )
+
+
+async def _awaited(verdict: Awaitable[object]) -> object:
+    return await verdict
+
+
+def _judge(
+    scope: SagaScope, declared: StageDefinition, stage_check: StageCheck, verdict: Any
+) -> None:
+    """Journal and raise a failed check's refusal; a check that did not say ok failed."""
+    name = type(stage_check).__qualname__
+    if isinstance(verdict, CheckResult) and verdict.passed:
+        return
+    if isinstance(verdict, Exception):
+        detail = f"{name}.check raised {type(verdict).__name__}: {verdict}"
+    elif inspect.isawaitable(verdict):
+        getattr(verdict, "close", lambda: None)()
+        detail = f"{name}.check is async: start the run with astart"
+    elif isinstance(verdict, CheckResult):
+        detail = verdict.reason or "failed without a reason"
+    else:
+        detail = f"{name}.check returned {verdict!r:.200}, not a CheckResult"
+    error = CheckFailedError(
+        f"run {scope.saga_id!r}: check {name} refused stage {declared.name!r}: {detail}; the "
+        "stage was not run and the run compensates"
+    )
+    scope.refuse(
+        error,
+        tool_name=declared.tool.name,
+        call_id=declared.call_id,
+        reason=CHECK_FAILED,
+        check=name,
+        detail=detail,
+    )
+    raise error

@@ -1,0 +1,208 @@
+"""Crash safety across processes: SIGKILL at every stage boundary and inside stages.
+
+A run is started (or resumed) in a child process that is killed at a chosen point; a
+second process resumes it from the journal; a third approves the gate. A stage that
+EXECUTED is never run again (the ledger shows each effect once); a stage in doubt is
+not re-run and the run waits for a human.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sagacity import Phase, Sagacity, verify
+from sagacity.workflows import WorkflowRuntime, WorkflowStatus
+from tests.processes._kill import ROOT, run_until_killed
+from tests.workflows._refund import Ledger, RefundWorkflow
+
+pytestmark = pytest.mark.slow
+
+RUN = "refund-7"
+RESERVED = "reserve A-17 120.00"
+WIRED = "wire 120.00 to DE89370400440532013000"
+NOTIFIED = "notify wire-A-17"
+
+
+def child(action: str, url: str, folder: Path) -> str:
+    """Run the child to the end; return the status it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.workflows._child", action, url, str(folder), RUN],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def kill_at(action: str, url: str, folder: Path, point: str) -> None:
+    run_until_killed("tests.workflows._child", action, url, str(folder), RUN, point, when=point)
+
+
+def here(url: str, folder: Path) -> tuple[Sagacity, WorkflowRuntime]:
+    """This process, as the second one: it waits for the killed worker's lease."""
+    sagacity = Sagacity.from_url(url, lease_wait=15)
+    return sagacity, WorkflowRuntime(sagacity, [RefundWorkflow(Ledger(folder / "ledger.txt"))])
+
+
+def lines(folder: Path) -> list[str]:
+    return Ledger(folder / "ledger.txt").lines()
+
+
+class TestKilledWhileStarting:
+    @pytest.mark.parametrize(
+        "point",
+        [
+            "after:INTENT:workflow",  # the start's INTENT, before it is EXECUTED
+            "after:EXECUTED:workflow",  # before the first stage
+            "after:EXECUTED:reserve_funds",  # between the stages, before the check and gate
+        ],
+    )
+    def test_resume_from_a_second_process_goes_on_to_the_gate(
+        self, sqlite_url: str, tmp_path: Path, point: str
+    ) -> None:
+        """Killed at a boundary, the run resumes in another process and pauses at the gate."""
+        kill_at("start", sqlite_url, tmp_path, point)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.PAUSED_AT_GATE
+        assert handle.current_stage == "wire"
+        assert lines(tmp_path) == [RESERVED]  # reserve ran once, before or after the kill
+        assert verify(sagacity.journal, RUN).ok
+        # Approved from a third process, finished from this one.
+        assert child("approve", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+        assert runtime.resume(RUN).status is WorkflowStatus.COMPLETED
+        assert lines(tmp_path) == [RESERVED, WIRED, NOTIFIED]
+
+    @pytest.mark.parametrize(
+        ("point", "effects"),
+        [
+            ("after:INTENT:reserve_funds", []),  # before the effect
+            ("inside:reserve_funds", [RESERVED]),  # after the effect, before EXECUTED
+        ],
+    )
+    def test_a_stage_in_doubt_is_not_run_again(
+        self, sqlite_url: str, tmp_path: Path, point: str, effects: list[str]
+    ) -> None:
+        """Killed inside a stage: NEEDS_ATTENTION, the stage is not re-run until a human says."""
+        kill_at("start", sqlite_url, tmp_path, point)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.NEEDS_ATTENTION
+        assert handle.stages[0].status.value == "IN_DOUBT"
+        assert runtime.resume(RUN).status is WorkflowStatus.NEEDS_ATTENTION
+        assert lines(tmp_path) == effects
+        # A human finds the reservation was (or was not) made, and the run goes on.
+        if effects:
+            sagacity.resolve(
+                RUN,
+                "reserve_funds",
+                executed=True,
+                result={
+                    "reservation_id": "res-A-17",
+                    "order_id": "A-17",
+                    "amount": "120.00",
+                    "iban": "DE89370400440532013000",
+                },
+                by="operator-dana",
+            )
+        else:
+            sagacity.resolve(RUN, "reserve_funds", executed=False, by="operator-dana")
+        assert runtime.resume(RUN).status is WorkflowStatus.PAUSED_AT_GATE
+        assert lines(tmp_path) == [RESERVED]
+
+
+class TestKilledAfterTheGate:
+    @pytest.fixture
+    def approved(self, sqlite_url: str, tmp_path: Path) -> None:
+        """A run paused at its gate by one process and approved by another."""
+        assert child("start", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+        assert child("approve", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+
+    @pytest.mark.usefixtures("approved")
+    @pytest.mark.parametrize(
+        ("point", "effects"),
+        [
+            # between wire and notify; the wire's used request is still stored
+            ("after:EXECUTED:wire", [RESERVED, WIRED]),
+            ("after:EXECUTED:notify", [RESERVED, WIRED, NOTIFIED]),  # before ENDED
+        ],
+    )
+    def test_resume_finishes_without_repeating_a_stage(
+        self, sqlite_url: str, tmp_path: Path, point: str, effects: list[str]
+    ) -> None:
+        """Killed between stages after the approval: the next process completes the run."""
+        kill_at("resume", sqlite_url, tmp_path, point)
+        assert lines(tmp_path) == effects
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        assert runtime.resume(RUN).status is WorkflowStatus.COMPLETED
+        assert lines(tmp_path) == [RESERVED, WIRED, NOTIFIED]
+        wires = [
+            e for e in sagacity.history(RUN) if e.phase is Phase.INTENT and e.call_id == "wire"
+        ]
+        assert len(wires) == 1
+        assert verify(sagacity.journal, RUN).ok
+
+    @pytest.mark.usefixtures("approved")
+    @pytest.mark.parametrize(
+        ("point", "effects"),
+        [
+            ("after:INTENT:wire", [RESERVED]),
+            ("inside:wire", [RESERVED, WIRED]),
+        ],
+    )
+    def test_a_wire_in_doubt_is_never_sent_again(
+        self, sqlite_url: str, tmp_path: Path, point: str, effects: list[str]
+    ) -> None:
+        """Killed inside the IRREVERSIBLE wire: the run needs attention; resume sends nothing."""
+        kill_at("resume", sqlite_url, tmp_path, point)
+        _, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.NEEDS_ATTENTION
+        assert handle.current_stage == "wire"
+        assert lines(tmp_path) == effects
+        assert child("resume", sqlite_url, tmp_path) == "NEEDS_ATTENTION"
+        assert lines(tmp_path) == effects
+
+
+class TestKilledWhileFailing:
+    def test_killed_after_a_check_refused_the_wire(self, sqlite_url: str, tmp_path: Path) -> None:
+        """Killed after the REFUSED entry, before the walk: the next process compensates."""
+        (tmp_path / "low-budget").touch()
+        kill_at("start", sqlite_url, tmp_path, "after:REFUSED:wire")
+        assert lines(tmp_path) == [RESERVED]
+        _, runtime = here(sqlite_url, tmp_path)
+        assert runtime.get(RUN).status is WorkflowStatus.RUNNING
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.COMPENSATED
+        assert [(s.name, s.status.value) for s in handle.stages][:2] == [
+            ("reserve_funds", "COMPENSATED"),
+            ("wire", "CHECK_FAILED"),
+        ]
+        assert lines(tmp_path) == [RESERVED, "release res-A-17"]
+
+    def test_killed_after_the_rejection(self, sqlite_url: str, tmp_path: Path) -> None:
+        """Killed after REJECTED, before the walk: the next process compensates; no wire."""
+        assert child("start", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+        kill_at("reject", sqlite_url, tmp_path, "after:REJECTED:wire")
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        assert runtime.resume(RUN).status is WorkflowStatus.COMPENSATED
+        assert lines(tmp_path) == [RESERVED, "release res-A-17"]
+        assert verify(sagacity.journal, RUN).ok
+
+
+def test_a_pause_survives_its_process(sqlite_url: str, tmp_path: Path) -> None:
+    """The process that paused exits; another approves; a third finishes the run."""
+    assert child("start", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+    assert child("approve", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+    assert child("resume", sqlite_url, tmp_path) == "COMPLETED"
+    assert lines(tmp_path) == [RESERVED, WIRED, NOTIFIED]
+    sagacity, _ = here(sqlite_url, tmp_path)
+    approved = [e for e in sagacity.history(RUN) if e.phase is Phase.APPROVED]
+    assert [e.payload["approver"] for e in approved] == ["carol"]
