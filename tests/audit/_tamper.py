@@ -78,9 +78,23 @@ class SqliteTamper:
     def __init__(self, journal: SqliteJournal) -> None:
         self.journal = journal
         self.conn = sqlite3.connect(journal.path, isolation_level=None)
-        # The triggers stop mistakes, not someone who can write the file.
-        self.conn.execute("DROP TRIGGER sagacity_journal_no_update")
-        self.conn.execute("DROP TRIGGER sagacity_journal_no_delete")
+
+    def edit(self, sql: str, params: Any = ()) -> None:
+        """Run one edit with the triggers dropped, then put them back as they were.
+
+        The triggers stop mistakes, not someone who can write the file; a careful one
+        re-creates them, so that the missing-trigger check sees nothing.
+        """
+        triggers = self.conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
+        ).fetchall()
+        for name, _ in triggers:
+            self.conn.execute(f'DROP TRIGGER "{name}"')
+        try:
+            self.conn.execute(sql, params)
+        finally:
+            for _, create in triggers:
+                self.conn.execute(create)
 
     def close(self) -> None:
         self.conn.close()
@@ -92,7 +106,7 @@ class SqliteTamper:
     def set_field(self, saga_id: str, position: int, field: str, value: Any) -> bool:
         stored = _column_value(field, value)
         try:
-            self.conn.execute(
+            self.edit(
                 f"UPDATE sagacity_journal SET {field} = ? WHERE saga_id = ? AND seq = ?",
                 (stored, *self._key(saga_id, position)),
             )
@@ -101,7 +115,7 @@ class SqliteTamper:
         return True
 
     def delete(self, saga_id: str, position: int) -> None:
-        self.conn.execute(
+        self.edit(
             "DELETE FROM sagacity_journal WHERE saga_id = ? AND seq = ?",
             self._key(saga_id, position),
         )
@@ -116,7 +130,7 @@ class SqliteTamper:
     def truncate(self, saga_id: str, keep: int) -> None:
         entries = self.journal.entries(saga_id)
         for entry in entries[keep:]:
-            self.conn.execute(
+            self.edit(
                 "DELETE FROM sagacity_journal WHERE saga_id = ? AND seq = ?",
                 (saga_id, entry.seq),
             )
@@ -124,14 +138,14 @@ class SqliteTamper:
     def replace(self, saga_id: str, position: int, entry: JournalEntry) -> None:
         seq = self._key(saga_id, position)[1]
         self._overwrite(saga_id, seq, entry)
-        self.conn.execute(
+        self.edit(
             "UPDATE sagacity_journal SET seq = ? WHERE saga_id = ? AND seq = ?",
             (entry.seq, saga_id, seq),
         )
 
     def _overwrite(self, saga_id: str, seq: int, source: JournalEntry) -> None:
         columns = [f for f in FIELDS if f not in ("saga_id", "seq")]
-        self.conn.execute(
+        self.edit(
             f"UPDATE sagacity_journal SET {', '.join(f'{c} = ?' for c in columns)} "
             "WHERE saga_id = ? AND seq = ?",
             (*(_column_value(c, getattr(source, c)) for c in columns), saga_id, seq),

@@ -380,7 +380,7 @@ class TestSqliteTriggers:
         for n in range(3):
             journal.append("a", Phase.INTENT, payload={"n": n})
         tamper = SqliteTamper(journal)
-        tamper.conn.execute(
+        tamper.edit(
             "UPDATE sagacity_journal SET payload = '{\"n\":9}' WHERE saga_id = 'a' AND seq = 2"
         )
         tamper.close()
@@ -392,8 +392,8 @@ class TestSqliteTriggers:
         journal = SqliteJournal(tmp_path / "journal.db")
         journal.append("a", Phase.INTENT)
         tamper = SqliteTamper(journal)
-        tamper.conn.execute("UPDATE sagacity_journal SET payload = 'not json'")
-        tamper.conn.execute("UPDATE sagacity_journal SET phase = 'EXECUTED'")
+        tamper.edit("UPDATE sagacity_journal SET payload = 'not json'")
+        tamper.edit("UPDATE sagacity_journal SET phase = 'EXECUTED'")
         tamper.close()
         with pytest.raises(Exception, match=r"saga 'a' seq 1: the stored row cannot be read"):
             journal.entries("a")

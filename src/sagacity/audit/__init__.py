@@ -1,8 +1,16 @@
-"""Evidence: verify the hash chain, export the journal."""
+"""Evidence: verify the hash chain, export the journal, sign checkpoints of its heads."""
 
 from __future__ import annotations
 
+from sagacity.audit._checkpoint import Checkpoint, make_checkpoint, read_checkpoint
 from sagacity.audit._export import export_csv, export_jsonl, read_jsonl
+from sagacity.audit._keys import (
+    PrivateKey,
+    PublicKey,
+    generate_key,
+    load_private_key,
+    load_public_key,
+)
 from sagacity.audit._verify import (
     ChainHead,
     Problem,
@@ -16,13 +24,21 @@ from sagacity.audit._verify import (
 
 __all__ = [
     "ChainHead",
+    "Checkpoint",
+    "PrivateKey",
     "Problem",
+    "PublicKey",
     "VerificationReport",
     "chain_heads",
     "export_csv",
     "export_jsonl",
+    "generate_key",
     "iter_entries",
     "iter_saga_ids",
+    "load_private_key",
+    "load_public_key",
+    "make_checkpoint",
+    "read_checkpoint",
     "read_jsonl",
     "verify",
     "verify_entries",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
 import orjson
@@ -31,18 +31,39 @@ def _source(journal: SideEffectJournal, saga_id: str | None) -> Iterable[Journal
     return journal.entries(saga_id) if saga_id is not None else iter_entries(journal)
 
 
-def export_jsonl(journal: SideEffectJournal, out: IO[str], saga_id: str | None = None) -> int:
+def export_jsonl(
+    journal: SideEffectJournal,
+    out: IO[str],
+    saga_id: str | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> int:
     """Write one JSON object per entry, in (saga_id, seq) order; return how many.
 
     Each line holds the hashed fields and `hash`: enough to verify the chain with no
-    sagacity at hand (docs/journal-format.md).
+    sagacity at hand (docs/journal-format.md). `progress` is called with 1 as each saga
+    is begun (a progress bar).
     """
     count = 0
-    for entry in _source(journal, saga_id):
+    for entry in _counted(_source(journal, saga_id), progress):
         out.write(orjson.dumps(entry.to_json()).decode())
         out.write("\n")
         count += 1
     return count
+
+
+def _counted(
+    entries: Iterable[JournalEntry], progress: Callable[[int], None] | None
+) -> Iterator[JournalEntry]:
+    if progress is None:
+        yield from entries
+        return
+    current = None
+    for entry in entries:
+        if entry.saga_id != current:
+            current = entry.saga_id
+            progress(1)
+        yield entry
 
 
 def read_jsonl(lines: Iterable[str]) -> Iterator[JournalEntry]:
@@ -52,12 +73,21 @@ def read_jsonl(lines: Iterable[str]) -> Iterator[JournalEntry]:
             yield JournalEntry.from_json(orjson.loads(line))
 
 
-def export_csv(journal: SideEffectJournal, out: IO[str], saga_id: str | None = None) -> int:
-    """Write entries as CSV with a header row, the payload as JSON text; return how many."""
+def export_csv(
+    journal: SideEffectJournal,
+    out: IO[str],
+    saga_id: str | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> int:
+    """Write entries as CSV with a header row, the payload as JSON text; return how many.
+
+    `progress` is as for `export_jsonl`.
+    """
     writer = csv.writer(out)
     writer.writerow(_FIELDS)
     count = 0
-    for entry in _source(journal, saga_id):
+    for entry in _counted(_source(journal, saga_id), progress):
         row = entry.to_json()
         row["payload"] = orjson.dumps(row["payload"]).decode()
         writer.writerow([row[field] for field in _FIELDS])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from sagacity.journal import GENESIS_HASH, JournalEntry, SideEffectJournal
 from sagacity.journal._rows import UnreadableRowError
@@ -43,11 +43,14 @@ class VerificationReport:
     """How many entries were checked."""
     problems: list[Problem]
     """One per broken saga, in saga order; empty when all is well."""
+    store_problems: list[str] = dataclasses.field(default_factory=list)
+    """What is wrong with the store itself rather than a chain: a missing append-only
+    trigger (someone made the journal table writable)."""
 
     @property
     def ok(self) -> bool:
-        """True when every chain verified."""
-        return not self.problems
+        """True when every chain verified and the store has its protections."""
+        return not self.problems and not self.store_problems
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,6 +112,7 @@ def verify(
     saga_id: str | None = None,
     *,
     heads: Iterable[ChainHead] = (),
+    progress: Callable[[int], None] | None = None,
 ) -> VerificationReport:
     """Recompute every hash and link of one saga, or of every saga in the journal.
 
@@ -125,6 +129,7 @@ def verify(
             before its recorded head, or whose entry at that seq has another hash, is
             reported, as is a saga that has vanished. Without them, entries deleted from
             the end of a chain go unseen.
+        progress: Called with 1 after each saga is checked (a progress bar).
     """
     recorded = {head.saga_id: head for head in heads}
     if saga_id is not None:
@@ -151,6 +156,8 @@ def verify(
         problem = chain.finish(saga)
         if problem is not None:
             problems.append(problem)
+        if progress is not None:
+            progress(1)
     for saga, head in recorded.items():  # recorded, but the journal has no entry of it
         sagas += 1
         problem = _Chain(head).finish(saga)
@@ -158,7 +165,21 @@ def verify(
             problems.append(problem)
     # Text before anything else: a SQLite file edited by hand may hold a BLOB saga id.
     problems.sort(key=lambda problem: (type(problem.saga_id) is not str, problem.saga_id))
-    return VerificationReport(sagas=sagas, entries=count, problems=problems)
+    return VerificationReport(
+        sagas=sagas, entries=count, problems=problems, store_problems=_store_problems(journal)
+    )
+
+
+def _store_problems(journal: SideEffectJournal) -> list[str]:
+    """Missing append-only triggers, for the SQL backends that have them; read only."""
+    missing_triggers = getattr(journal, "missing_triggers", None)
+    if missing_triggers is None:
+        return []
+    return [
+        f"the append-only trigger {name} is missing or disabled: the journal table accepts "
+        "UPDATE and DELETE; find out who removed it before re-creating it"
+        for name in missing_triggers()
+    ]
 
 
 def verify_entries(
@@ -238,6 +259,12 @@ class _Chain:
     def finish(self, saga_id: str) -> Problem | None:
         """Return the chain's first problem, once all its entries were checked."""
         head = self.head
+        if self.problem is None and head is not None and self.seq == 0:
+            self.problem = (
+                1,
+                f"deleted: the journal has no entry of this saga, but its head was recorded "
+                f"at seq {head.seq}",
+            )
         if self.problem is None and head is not None and self.seq < head.seq:
             self.problem = (
                 self.seq + 1,

@@ -1,0 +1,7 @@
+"""`python -m sagacity.cli`."""
+
+import sys
+
+from sagacity.cli import main
+
+sys.exit(main())

@@ -1,0 +1,306 @@
+"""The read commands: sagas, show, verify, export, pending, doubts. None writes anything."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import re
+import sys
+from pathlib import Path
+from typing import IO
+
+import orjson
+
+from sagacity._display import journal_table
+from sagacity._history import SagaHistory
+from sagacity._summary import STATUSES as STATUS_SET
+from sagacity._summary import SagaSummary, iter_doubts, list_summaries, summary_of
+from sagacity.audit import ChainHead, export_csv, export_jsonl, read_checkpoint, verify
+from sagacity.cli._common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_OUTPUT,
+    EXIT_PROBLEM,
+    CliError,
+    age,
+    emit_json,
+    emit_table,
+    opened,
+    printable,
+    progress,
+)
+from sagacity.errors import SagaNotFoundError
+
+__all__ = ["STATUSES", "doubts", "export", "pending", "sagas", "show", "verify_command"]
+
+STATUSES = tuple(sorted(STATUS_SET))
+"""Every status `sagacity sagas --status` takes."""
+
+
+_DURATION = re.compile(r"(\d+)([smhd])")
+
+
+def parse_since(value: str, now: datetime.datetime) -> str:
+    """`--since`: a duration back from now (`90m`, `2h`, `7d`) or an ISO 8601 time."""
+    found = _DURATION.fullmatch(value.strip())
+    if found is not None:
+        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[found.group(2)]
+        when = now - datetime.timedelta(**{unit: int(found.group(1))})
+    else:
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            raise CliError(
+                f"--since {value!r}: give a duration (90m, 2h, 7d) or a time (2026-12-01T09:00:00Z)"
+            ) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+    return when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sagas(args: argparse.Namespace) -> int:
+    """`sagacity sagas`."""
+    if args.limit is not None and args.limit < 1:
+        raise CliError(f"--limit must be at least 1, not {args.limit}")
+    status = args.status.upper() if args.status else None
+    if status is not None and status not in STATUS_SET:
+        raise CliError(f"--status {args.status!r} is not one of {', '.join(STATUSES)}")
+    with opened(args) as sagacity:
+        now = sagacity.now()
+        since = parse_since(args.since, now) if args.since else None
+        rows: list[SagaSummary] = []
+        cursor: str | None = None
+        while True:
+            want = 1000 if args.limit is None else min(1000, args.limit - len(rows))
+            page = list_summaries(
+                sagacity.journal, status=status, since=since, limit=want, cursor=cursor
+            )
+            rows.extend(page.summaries)
+            cursor = page.next_cursor
+            if cursor is None or (args.limit is not None and len(rows) >= args.limit):
+                break
+    if args.json:
+        for summary in rows:
+            emit_json(summary.to_json())
+        return EXIT_OK
+    emit_table(
+        ("saga", "status", "entries", "last activity", "pending", "in doubt"),
+        [
+            (
+                s.saga_id,
+                s.status if s.problem is None else f"{s.status} ({s.problem})",
+                str(s.entries),
+                "" if s.last_at is None else f"{s.last_at} ({age(s.last_at, now)} ago)",
+                str(s.pending),
+                str(s.in_doubt),
+            )
+            for s in rows
+        ],
+        empty="no sagas match" if status or since or args.limit else "the journal holds no sagas",
+    )
+    return EXIT_OK
+
+
+def show(args: argparse.Namespace) -> int:
+    """`sagacity show SAGA`."""
+    with opened(args) as sagacity:
+        entries = sagacity.journal.entries(args.saga)
+    if not entries:
+        raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+    summary = summary_of(args.saga, entries)
+    history = SagaHistory.of(args.saga, entries)
+    if args.json:
+        emit_json(
+            {
+                "saga_id": args.saga,
+                "status": summary.status,
+                "entries": [entry.to_json() for entry in history.entries],
+            }
+        )
+        return EXIT_OK
+    heading = (
+        f"saga {args.saga}: {summary.status}, {summary.entries} entries, "
+        f"{summary.first_at} to {summary.last_at}"
+    )
+    sys.stdout.write(printable(heading) + "\n")
+    if history.ended is not None:
+        error = (
+            history.ended.payload.get("error") if isinstance(history.ended.payload, dict) else None
+        )
+        if isinstance(error, dict):
+            ended_by = f"ended by {error.get('type')}: {error.get('message')}"
+            sys.stdout.write(printable(ended_by) + "\n")
+    lines = journal_table(history.entries)
+    times = ["time", *(entry.recorded_at for entry in history.entries)]
+    width = max(len(t) for t in times)
+    for stamp, line in zip(times, lines, strict=True):
+        sys.stdout.write(printable(f"{stamp.ljust(width)}  {line}") + "\n")
+    if args.payloads:
+        for entry in history.entries:
+            sys.stdout.write(f"{entry.seq}: {orjson.dumps(entry.payload).decode()}\n")
+    return EXIT_OK
+
+
+def verify_command(args: argparse.Namespace) -> int:
+    """`sagacity verify`."""
+    heads: list[ChainHead] = []
+    checkpoint = None
+    if args.checkpoint is not None:
+        if args.public_key is None:
+            raise CliError("--checkpoint needs --public-key FILE, the key that signed it")
+        from sagacity.audit._keys import load_public_key
+
+        key = load_public_key(args.public_key)
+        try:
+            text = Path(args.checkpoint).read_bytes()
+        except OSError as error:
+            raise CliError(
+                f"cannot read the checkpoint {args.checkpoint}: {error.strerror}", EXIT_NOT_FOUND
+            ) from None
+        checkpoint = read_checkpoint(text, key)
+        heads = checkpoint.heads
+    elif args.public_key is not None:
+        raise CliError("--public-key is for --checkpoint FILE")
+    with opened(args) as sagacity:
+        recorded = any(head.saga_id == args.saga for head in heads)
+        if args.saga is not None and not recorded and not sagacity.journal.entries(args.saga):
+            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        with progress("verifying", sagacity, args.saga) as advance:
+            report = verify(sagacity.journal, args.saga, heads=heads, progress=advance)
+    nothing = report.entries == 0 and not report.problems
+    if args.json:
+        emit_json(
+            {
+                "ok": report.ok and not nothing,
+                "sagas": report.sagas,
+                "entries": report.entries,
+                "checkpoint": None if checkpoint is None else checkpoint.created_at,
+                "problems": [dataclasses.asdict(p) for p in report.problems],
+                "store_problems": report.store_problems,
+            }
+        )
+    else:
+        for problem in report.problems:
+            sys.stdout.write(f"saga {problem.saga_id!r} seq {problem.seq}: {problem.reason}\n")
+        for store_problem in report.store_problems:
+            sys.stdout.write(f"journal table: {store_problem}\n")
+        against = "" if checkpoint is None else f" against checkpoint {checkpoint.created_at}"
+        if nothing:
+            verdict = "nothing to verify: the journal holds no entries"
+        elif report.ok:
+            verdict = "OK"
+        else:
+            verdict = f"{len(report.problems) + len(report.store_problems)} broken"
+        sys.stdout.write(f"{report.sagas} sagas, {report.entries} entries{against}: {verdict}\n")
+    return EXIT_OK if report.ok and not nothing else EXIT_PROBLEM
+
+
+def export(args: argparse.Namespace) -> int:
+    """`sagacity export`."""
+    fmt = "jsonl" if args.json else args.format
+    write = export_csv if fmt == "csv" else export_jsonl
+    with opened(args) as sagacity:
+        if args.saga is not None and not sagacity.journal.entries(args.saga):
+            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        if not args.output:
+            write(sagacity.journal, sys.stdout, args.saga)
+            return EXIT_OK
+        bar = progress("exporting", sagacity, args.saga)
+        target = Path(args.output)
+        # Written beside the target and moved over it once complete: a failed export
+        # never leaves a half file where a good one was.
+        partial = target.with_name(target.name + ".partial")
+        try:
+            out: IO[str] = open(partial, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        except OSError as error:
+            raise CliError(f"cannot write {args.output}: {error.strerror}", EXIT_OUTPUT) from None
+        try:
+            with out, bar as advance:
+                count = write(sagacity.journal, out, args.saga, progress=advance)
+            partial.replace(target)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            raise CliError(f"cannot write {args.output}: {error.strerror}", EXIT_OUTPUT) from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    sys.stderr.write(f"exported {count} entries to {args.output}\n")
+    return EXIT_OK
+
+
+def pending(args: argparse.Namespace) -> int:
+    """`sagacity pending`."""
+    with opened(args) as sagacity:
+        if args.saga is not None and not sagacity.journal.entries(args.saga):
+            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        requests = sagacity.pending(args.saga)
+        now = sagacity.now()
+    if args.json:
+        for request in requests:
+            document = request.to_json()
+            document["state"] = request.state
+            document["approvals"] = [dataclasses.asdict(a) for a in request.approvals]
+            document["problem"] = request.problem
+            emit_json(document)
+        return EXIT_OK
+    rows = []
+    for request in requests:
+        state = request.state
+        if request.approvals:
+            state += " by " + ", ".join(
+                f"{a.approver} at {a.approved_at}" for a in request.approvals
+            )
+        if request.problem is not None:
+            state += f" (not approvable: {request.problem})"
+        expires = "never" if request.expires_at is None else request.expires_at.isoformat()
+        if request.expires_at is not None and request.expires_at <= now:
+            expires += " (expired)"
+        rows.append(
+            (
+                request.saga_id,
+                request.request_id,
+                request.tool_name,
+                age(request.requested_at, now),
+                expires,
+                request.reason,
+                state,
+                request.input_sha256,
+                orjson.dumps(request.input).decode(),
+            )
+        )
+    emit_table(
+        ("saga", "request", "tool", "age", "expires", "reason", "state", "sha256", "input"),
+        rows,
+        empty="no approval requests are waiting",
+    )
+    return EXIT_OK
+
+
+def doubts(args: argparse.Namespace) -> int:
+    """`sagacity doubts`: calls and compensations in doubt, across sagas."""
+    with opened(args) as sagacity:
+        now = sagacity.now()
+        found = list(iter_doubts(sagacity.journal))
+    if args.json:
+        for doubt in found:
+            emit_json(doubt.to_json())
+        return EXIT_OK
+    emit_table(
+        ("saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "why"),
+        [
+            (
+                d.saga_id,
+                str(d.seq),
+                d.call_id,
+                d.tool_name,
+                d.kind,
+                f"{d.recorded_at} ({age(d.recorded_at, now)} ago)",
+                d.saga_status,
+                d.reason,
+            )
+            for d in found
+        ],
+        empty="no call or compensation is in doubt",
+    )
+    return EXIT_OK

@@ -1,0 +1,105 @@
+"""`sagacity demo`: runs on a fresh file, again and again, and never deletes anyone else's."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from sagacity import Phase, Sagacity
+from sagacity.cli import main
+from tests.cli._run import run_cli
+
+
+class TestDemo:
+    def test_demo_compensates_then_approves(self, tmp_path: Path) -> None:
+        """The order saga is compensated in reverse order; the wire waits, then runs once."""
+        database = tmp_path / "demo.db"
+        done = run_cli("demo", "--database", str(database))
+        assert done.returncode == 0, done.stderr
+        out = done.stdout
+        assert "compensated, in order: charge_card, reserve_inventory" in out
+        assert out.index("refunded ch_1M2n3") < out.index("released res-8891")
+        assert "outcome: AWAITING_APPROVAL" in out
+        assert out.count("wired 12500.00 EUR") == 1
+        assert "verify: 2 sagas, 16 entries, chain intact" in out
+
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        try:
+            order = [(e.phase, e.tool_name) for e in sagacity.journal.entries("order-1001")]
+            wire = [e.phase for e in sagacity.journal.entries("wire-1002")]
+        finally:
+            sagacity.close()
+        assert order[-5:] == [
+            (Phase.COMPENSATING, "charge_card"),
+            (Phase.COMPENSATED, "charge_card"),
+            (Phase.COMPENSATING, "reserve_inventory"),
+            (Phase.COMPENSATED, "reserve_inventory"),
+            (Phase.ENDED, None),
+        ]
+        assert wire == [
+            Phase.AWAITING_APPROVAL,
+            Phase.APPROVED,
+            Phase.INTENT,
+            Phase.EXECUTED,
+            Phase.ENDED,
+        ]
+
+    def test_make_demo_twice_in_a_fresh_directory(self, tmp_path: Path) -> None:
+        """What `make demo` runs works on a fresh clone and on a second run."""
+        for _ in range(2):
+            done = run_cli("demo", "--database", "sagacity-demo.db", cwd=tmp_path)
+            assert done.returncode == 0, done.stderr
+            assert "verify: 2 sagas, 16 entries, chain intact" in done.stdout
+        assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == [
+            "sagacity-demo.db"
+        ]
+
+    def test_a_file_that_is_not_a_demo_journal_is_left_alone(self, tmp_path: Path) -> None:
+        """A notes file, or a real journal, named as --database is refused and kept intact."""
+        notes = tmp_path / "notes.txt"
+        notes.write_text("my notes\n")
+        refused = run_cli("demo", "--database", str(notes))
+        assert refused.returncode == 2
+        assert refused.stderr == (
+            f"sagacity demo: {notes} exists and is not a demo journal: the demo replaces only "
+            "a file it created; choose another --database, or pass --force to replace it\n"
+        )
+        assert notes.read_text() == "my notes\n"
+
+        production = tmp_path / "sagacity.db"
+        sagacity = Sagacity.from_url(f"sqlite:///{production}")
+        sagacity.journal.append("order-7", Phase.INTENT, payload={"real": True})
+        sagacity.close()
+        assert main(["demo", "--database", str(production)]) == 2
+        conn = sqlite3.connect(production)
+        try:
+            rows = conn.execute("SELECT DISTINCT saga_id FROM sagacity_journal").fetchall()
+        finally:
+            conn.close()
+        assert rows == [("order-7",)]
+
+    def test_force_replaces_it(self, tmp_path: Path) -> None:
+        """With --force the demo replaces a file it did not create."""
+        notes = tmp_path / "notes.db"
+        notes.write_text("scratch\n")
+        done = run_cli("demo", "--database", str(notes), "--force")
+        assert done.returncode == 0, done.stderr
+        assert "chain intact" in done.stdout
+
+    def test_a_directory_is_refused(self, tmp_path: Path) -> None:
+        """A directory named as the demo file is refused, not deleted."""
+        done = run_cli("demo", "--database", str(tmp_path), "--force")
+        assert done.returncode == 2
+        assert done.stderr == f"sagacity demo: {tmp_path} is a directory, not a demo journal\n"
+        assert tmp_path.is_dir()
+
+    def test_a_demo_journal_from_before_the_marker_is_replaced(self, tmp_path: Path) -> None:
+        """A checkout's old demo file (the demo's two sagas, no marker) does not block make demo."""
+        database = tmp_path / "sagacity-demo.db"
+        assert main(["demo", "--database", str(database)]) == 0
+        conn = sqlite3.connect(database)
+        conn.execute("DELETE FROM sagacity_meta WHERE key = 'demo_journal'")
+        conn.commit()
+        conn.close()
+        done = run_cli("demo", "--database", str(database))
+        assert done.returncode == 0, done.stderr
