@@ -67,8 +67,9 @@ async def scripted_model(client: Client, saga_id: str) -> str:
         ("charge_card", {"amount": "25.00"}),
         ("ship_order", {"address": "1 Main St"}),
     ]
-    for name, args in script:
-        result = await client.call_tool(name, args, meta=saga_meta(saga_id))
+    for number, (name, args) in enumerate(script, start=1):
+        # The model's own tool-call id, as a host passes it: the call's id in the journal.
+        result = await client.call_tool(name, args, meta=saga_meta(saga_id, f"toolu_0{number}"))
         print(f"  model called {name}: {text_of(result)}")
     return "All done! Your order is on its way."
 
@@ -88,10 +89,14 @@ async def main(database: Path) -> None:
         print(f"order-1 outcome: {ended.outcome}, undone: {', '.join(ended.compensated)}")
 
         wire = {"amount": "900.00", "to": "ACME"}
-        waiting = await client.call_tool("send_wire_transfer", wire, meta=saga_meta("pay-1"))
+        waiting = await client.call_tool(
+            "send_wire_transfer", wire, meta=saga_meta("pay-1", "toolu_04")
+        )
         print(f"pay-1 first call: {text_of(waiting)[:60]}…")
         sagacity.approve("pay-1", approver="alice@example.com")
-        ran = await client.call_tool("send_wire_transfer", wire, meta=saga_meta("pay-1"))
+        ran = await client.call_tool(
+            "send_wire_transfer", wire, meta=saga_meta("pay-1", "toolu_04")
+        )
         print(f"pay-1 after approval: {text_of(ran)}")
         print(f"pay-1 outcome: {(await request_end_saga(client, 'pay-1')).outcome}")
 

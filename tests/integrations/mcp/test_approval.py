@@ -10,6 +10,7 @@ from mcp import Client
 
 from sagacity import Sagacity, SagaOutcome, SagaStateError, verify
 from sagacity.integrations.mcp import APPROVAL_META, end_saga, mcp_server, request_end_saga
+from sagacity.integrations.mcp import PROCESS_TOKEN as TOKEN
 from tests.integrations.mcp._shop import Shop, meta, phases, text
 
 WIRE = {"amount": "100.00", "to": "ACME-IBAN"}
@@ -44,7 +45,7 @@ class TestApprovalWithoutCallId:
         assert not waiting.is_error
         assert text(waiting).startswith("[AWAITING_APPROVAL] send_wire_transfer was not run")
         assert asked == request.to_json()  # the whole request, for the host to show a human
-        assert (asked["call_id"], asked["input"]) == ("send_wire_transfer#1", WIRE)
+        assert (asked["call_id"], asked["input"]) == (f"send_wire_transfer#1.{TOKEN}", WIRE)
         assert early.is_error
         assert "no approval is journaled for request" in text(early)
         assert changed.is_error
@@ -54,11 +55,11 @@ class TestApprovalWithoutCallId:
         assert ended.outcome == "COMPLETED"
         entries = sagacity.history("pay-1")
         assert phases(entries) == [
-            ("AWAITING_APPROVAL", "send_wire_transfer", "send_wire_transfer#1"),
-            ("APPROVED", "send_wire_transfer", "send_wire_transfer#1"),
-            ("REFUSED", "send_wire_transfer", "send_wire_transfer#1"),  # the changed input
-            ("INTENT", "send_wire_transfer", "send_wire_transfer#1"),
-            ("EXECUTED", "send_wire_transfer", "send_wire_transfer#1"),
+            ("AWAITING_APPROVAL", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+            ("APPROVED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+            ("REFUSED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),  # the changed input
+            ("INTENT", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+            ("EXECUTED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
             ("ENDED", None, None),
         ]
         assert entries[1].payload["approver"] == "alice@ops"
@@ -80,7 +81,7 @@ class TestApprovalWithoutCallId:
             second = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-2"))
             ended = await request_end_saga(client, "pay-2")
 
-        assert (second.meta or {})[APPROVAL_META]["call_id"] == "send_wire_transfer#2"
+        assert (second.meta or {})[APPROVAL_META]["call_id"] == f"send_wire_transfer#2.{TOKEN}"
         assert len(shop.events) == 1
         assert ended.outcome == "AWAITING_APPROVAL"
         assert ended.pending == [sagacity.pending("pay-2")[0].request_id]

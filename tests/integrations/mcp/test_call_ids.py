@@ -18,6 +18,7 @@ from mcp.types import ToolAnnotations
 
 from sagacity import Reversibility, Sagacity, compensable, verify
 from sagacity.integrations.mcp import APPROVAL_META, Compensate, mcp_proxy, mcp_server
+from sagacity.integrations.mcp import PROCESS_TOKEN as TOKEN
 from tests.integrations.mcp._shop import Shop, Warehouse, meta, phases, text
 
 WIRE = {"amount": "100.00", "to": "ACME-IBAN"}
@@ -266,8 +267,8 @@ class TestOneIdForTwoCalls:
         assert phases(sagacity.history("d4")) == [
             ("INTENT", "pack", "toolu_9"),
             ("EXECUTED", "pack", "toolu_9"),
-            ("INTENT", "pack", "pack#1"),
-            ("EXECUTED", "pack", "pack#1"),
+            ("INTENT", "pack", f"pack#1.{TOKEN}"),
+            ("EXECUTED", "pack", f"pack#1.{TOKEN}"),
         ]
 
 

@@ -15,6 +15,7 @@ from mcp import Client, MCPError
 from mcp.types import REQUEST_TIMEOUT
 
 from sagacity import Phase, Sagacity, SagaOutcome, compensable, verify
+from sagacity.integrations.mcp import PROCESS_TOKEN as TOKEN
 from sagacity.integrations.mcp import end_saga, mcp_server
 from tests.integrations.mcp._shop import check_calls, meta, text
 
@@ -115,7 +116,7 @@ class TestParallelCalls:
             )
 
         ids = {e.call_id for e in sagacity.history("par-2")}
-        assert ids == {"reserve_bin#1", "reserve_bin#2"}
+        assert ids == {f"reserve_bin#1.{TOKEN}", f"reserve_bin#2.{TOKEN}"}
 
 
 class TestCancellation:

@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
 
 from sagacity import ConfigurationError, Phase, Reversibility, Sagacity, SagaOutcome, verify
 from sagacity.integrations.mcp import (
@@ -23,6 +24,7 @@ from sagacity.integrations.mcp import (
     mcp_proxy,
     request_end_saga,
 )
+from sagacity.integrations.mcp import PROCESS_TOKEN as TOKEN
 from tests.integrations.mcp._shop import (
     Branch,
     Warehouse,
@@ -169,7 +171,7 @@ class TestSwallowedFailure:
             assert text(results[2]) == "Error executing tool ship"
             assert (ended.outcome, ended.compensated) == (
                 "COMPENSATED",
-                ["charge_card#1", "reserve#1"],
+                [f"charge_card#1.{TOKEN}", f"reserve#1.{TOKEN}"],
             )
             assert upstream.calls == [
                 ("reserve", ("A", 2)),
@@ -180,16 +182,16 @@ class TestSwallowedFailure:
             ]
             entries = sagacity.history("order-9")
             assert phases(entries) == [
-                ("INTENT", "reserve", "reserve#1"),
-                ("EXECUTED", "reserve", "reserve#1"),
-                ("INTENT", "charge_card", "charge_card#1"),
-                ("EXECUTED", "charge_card", "charge_card#1"),
-                ("INTENT", "ship", "ship#1"),
-                ("FAILED", "ship", "ship#1"),
-                ("COMPENSATING", "charge_card", "charge_card#1"),
-                ("COMPENSATED", "charge_card", "charge_card#1"),
-                ("COMPENSATING", "reserve", "reserve#1"),
-                ("COMPENSATED", "reserve", "reserve#1"),
+                ("INTENT", "reserve", f"reserve#1.{TOKEN}"),
+                ("EXECUTED", "reserve", f"reserve#1.{TOKEN}"),
+                ("INTENT", "charge_card", f"charge_card#1.{TOKEN}"),
+                ("EXECUTED", "charge_card", f"charge_card#1.{TOKEN}"),
+                ("INTENT", "ship", f"ship#1.{TOKEN}"),
+                ("FAILED", "ship", f"ship#1.{TOKEN}"),
+                ("COMPENSATING", "charge_card", f"charge_card#1.{TOKEN}"),
+                ("COMPENSATED", "charge_card", f"charge_card#1.{TOKEN}"),
+                ("COMPENSATING", "reserve", f"reserve#1.{TOKEN}"),
+                ("COMPENSATED", "reserve", f"reserve#1.{TOKEN}"),
                 ("ENDED", None, None),
             ]
             assert entries[5].payload["error"] == {
@@ -204,7 +206,13 @@ class TestSwallowedFailure:
         async with connected() as (_, client_of_upstream):
             sagacity = Sagacity.from_url("memory://")
             broken = {"reserve": Compensate(tool="ship", args=lambda i, r: {"address": "?"})}
-            proxy = await mcp_proxy(sagacity, client_of_upstream, broken, read_only=["ship"])
+            proxy = await mcp_proxy(
+                sagacity,
+                client_of_upstream,
+                broken,
+                read_only=["ship"],
+                is_error={"ship": "fail"},  # read-only tools default to "retry"
+            )
             async with Client(proxy) as client:
                 await client.call_tool("reserve", {"sku": "A", "qty": 1}, meta=meta("d"))
                 await client.call_tool("ship", {"address": "x"}, meta=meta("d"))
@@ -212,7 +220,7 @@ class TestSwallowedFailure:
 
             assert (ended.outcome, ended.compensation_failed) == (
                 "COMPENSATION_FAILED",
-                ["reserve#1"],
+                [f"reserve#1.{TOKEN}"],
             )
             failed = sagacity.history("d")[-2]
             assert failed.phase is Phase.COMPENSATION_FAILED
@@ -316,7 +324,11 @@ class TestParallel:
                 )
             ended = await end_saga(sagacity, "p")
 
-        assert isinstance(results[1], MCPError)
+        timed_out = results[1]
+        assert isinstance(timed_out, CallToolResult)
+        assert timed_out.is_error
+        assert text(timed_out).startswith("tool 'slow_label': the upstream server did not answer")
+        assert "journaled in doubt" in text(timed_out)
         entries = sagacity.history("p")
         calls = check_calls(
             [e for e in entries if e.phase in (Phase.INTENT, Phase.EXECUTED, Phase.FAILED)]
@@ -407,7 +419,12 @@ class TestTwoUpstreams:
         assert answers == ["alice", "bob"]
         assert (ended.outcome, ended.compensated) == (
             "COMPENSATED",
-            ["bob_reserve#1", "reserve#1", "bob_whoami#1", "whoami#1"],
+            [
+                f"bob_reserve#1.{TOKEN}",
+                f"reserve#1.{TOKEN}",
+                f"bob_whoami#1.{TOKEN}",
+                f"whoami#1.{TOKEN}",
+            ],
         )
         assert alice.calls == [
             ("whoami", None),
@@ -434,8 +451,9 @@ class TestTwoUpstreams:
 
         assert stale.is_error
         assert text(stale) == (
-            "tool 'whoami': this proxy's connection to upstream server 'warehouse' is closed; "
-            "nothing was sent or journaled. Build the proxy again on an open connection"
+            "tool 'whoami': the connection to upstream server 'warehouse' is closed; "
+            "nothing was sent or journaled. Build the proxy again on an open connection, or "
+            "pass mcp_proxy a factory (lambda: Client(...)) so that it reconnects by itself"
         )
         assert (alice.calls, bob.calls) == ([], [])
         assert sagacity.history("stale") == []
@@ -487,9 +505,10 @@ class TestCompensateLater:
         assert closed.outcome is SagaOutcome.COMPENSATION_FAILED
         assert closed.compensation is not None
         assert str(closed.compensation.failed[0].error) == (
-            "ConfigurationError: tool 'reserve': the connection to upstream server "
-            "'warehouse' is closed, so nothing was sent; build the proxy again on an open "
-            "connection (await mcp_proxy(...)) and retry"
+            "UpstreamUnavailableError: tool 'reserve': the connection to upstream server "
+            "'warehouse' is closed; nothing was sent or journaled. Build the proxy again on an "
+            "open connection, or pass mcp_proxy a factory (lambda: Client(...)) so that it "
+            "reconnects by itself"
         )
         assert first.calls == [("reserve", ("A", 1)), ("ship", "y")]
         assert retried.outcome is SagaOutcome.COMPENSATED

@@ -26,6 +26,7 @@ from sagacity import (
     compensation,
     verify,
 )
+from sagacity.integrations.mcp import PROCESS_TOKEN as TOKEN
 from sagacity.integrations.mcp import (
     SAGA_ID_META,
     end_saga,
@@ -147,7 +148,7 @@ class TestSwallowedFailure:
         assert text(results[2]) == "Error executing tool ship_order"  # the cause is hidden
         assert (ended.outcome, ended.compensated) == (
             "COMPENSATED",
-            ["charge_card#1", "reserve_inventory#1"],
+            [f"charge_card#1.{TOKEN}", f"reserve_inventory#1.{TOKEN}"],
         )
         assert shop.events[-2:] == [
             ("refund_card", "ch-25.00"),
@@ -155,16 +156,16 @@ class TestSwallowedFailure:
         ]
         entries = sagacity.history("order-1")
         assert phases(entries) == [
-            ("INTENT", "reserve_inventory", "reserve_inventory#1"),
-            ("EXECUTED", "reserve_inventory", "reserve_inventory#1"),
-            ("INTENT", "charge_card", "charge_card#1"),
-            ("EXECUTED", "charge_card", "charge_card#1"),
-            ("INTENT", "ship_order", "ship_order#1"),
-            ("FAILED", "ship_order", "ship_order#1"),
-            ("COMPENSATING", "charge_card", "charge_card#1"),
-            ("COMPENSATED", "charge_card", "charge_card#1"),
-            ("COMPENSATING", "reserve_inventory", "reserve_inventory#1"),
-            ("COMPENSATED", "reserve_inventory", "reserve_inventory#1"),
+            ("INTENT", "reserve_inventory", f"reserve_inventory#1.{TOKEN}"),
+            ("EXECUTED", "reserve_inventory", f"reserve_inventory#1.{TOKEN}"),
+            ("INTENT", "charge_card", f"charge_card#1.{TOKEN}"),
+            ("EXECUTED", "charge_card", f"charge_card#1.{TOKEN}"),
+            ("INTENT", "ship_order", f"ship_order#1.{TOKEN}"),
+            ("FAILED", "ship_order", f"ship_order#1.{TOKEN}"),
+            ("COMPENSATING", "charge_card", f"charge_card#1.{TOKEN}"),
+            ("COMPENSATED", "charge_card", f"charge_card#1.{TOKEN}"),
+            ("COMPENSATING", "reserve_inventory", f"reserve_inventory#1.{TOKEN}"),
+            ("COMPENSATED", "reserve_inventory", f"reserve_inventory#1.{TOKEN}"),
             ("ENDED", None, None),
         ]
         assert entries[5].payload == {
@@ -188,8 +189,8 @@ class TestSwallowedFailure:
         assert result.outcome is SagaOutcome.COMPENSATED
         assert result.compensation is not None
         assert [ref.call_id for ref in result.compensation.compensated] == [
-            "charge_card#1",
-            "reserve_inventory#1",
+            f"charge_card#1.{TOKEN}",
+            f"reserve_inventory#1.{TOKEN}",
         ]
 
     async def test_saga_without_failure_ends_completed(self) -> None:
@@ -272,7 +273,7 @@ class TestEndReadsTheJournal:
 
         assert (ended.outcome, ended.compensated, ended.in_doubt) == (
             "NEEDS_ATTENTION",
-            ["reserve_inventory#1"],
+            [f"reserve_inventory#1.{TOKEN}"],
             ["toolu_crashed"],
         )
         assert shop.events == [("reserve_inventory", "A", 1), ("release_inventory", "res-A-1")]
@@ -297,9 +298,9 @@ class TestSagaAcrossRequests:
 
         intents = [e for e in restarted.history("s") if e.phase is Phase.INTENT]
         assert [e.call_id for e in intents] == [
-            "reserve_inventory#1",
-            "reserve_inventory#2",
-            "reserve_inventory#3",
+            f"reserve_inventory#1.{TOKEN}",
+            f"reserve_inventory#2.{TOKEN}",
+            f"reserve_inventory#3.{TOKEN}",
             "tool-use-9",
         ]
 
@@ -368,10 +369,10 @@ class TestSagaAcrossRequests:
             await client.call_tool("charge_card", {"amount": "3"})
 
         assert [e.call_id for e in sagacity.history("host-session-1")] == [
-            "reserve_inventory#1",
-            "reserve_inventory#1",
-            "charge_card#1",
-            "charge_card#1",
+            f"reserve_inventory#1.{TOKEN}",
+            f"reserve_inventory#1.{TOKEN}",
+            f"charge_card#1.{TOKEN}",
+            f"charge_card#1.{TOKEN}",
         ]
 
     async def test_end_waits_for_a_running_call(self) -> None:
@@ -459,7 +460,7 @@ class TestControlFlow:
 
         assert raised.value.code == URL_ELICITATION_REQUIRED
         assert text(again) == "shared-x"
-        expected_id = call_id or "share_folder#1"
+        expected_id = call_id or f"share_folder#1.{TOKEN}"
         assert phases(sagacity.history("f")) == [
             ("INTENT", "share_folder", expected_id),
             ("FAILED", "share_folder", expected_id),
@@ -487,9 +488,9 @@ class TestControlFlow:
 
         assert (ended.outcome, ended.compensated, ended.in_doubt) == (
             "NEEDS_ATTENTION",
-            ["reserve_inventory#1"],
-            ["share_folder#1"],
+            [f"reserve_inventory#1.{TOKEN}"],
+            [f"share_folder#1.{TOKEN}"],
         )
         assert (drive.shared, drive.unshared) == (["x"], [])
         assert shop.events == [("reserve_inventory", "A", 1), ("release_inventory", "res-A-1")]
-        assert sagacity.history("g")[-1].payload["in_doubt"] == ["share_folder#1"]
+        assert sagacity.history("g")[-1].payload["in_doubt"] == [f"share_folder#1.{TOKEN}"]

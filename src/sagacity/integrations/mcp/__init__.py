@@ -13,10 +13,13 @@ result = await end_saga(sagacity, "order-123")                  # compensates if
 
 A saga spans many `tools/call` requests: each names it in `_meta["sagacity/saga_id"]`
 (and may name its call in `_meta["sagacity/call_id"]`), and it stays open until
-`end_saga` or a `sagacity/end` request ends it. Tools are registered as functions with
+`end_saga` or a `sagacity/end` request ends it (`sagacity/compensate` retries the failed
+undos of an ended saga). Tools are registered as functions with
 their own signatures, below the place where MCP turns an exception into a generic
 `is_error` result, so the journal sees the raw exception. `mcp_proxy` puts an upstream
-server's tools under sagas, with compensations that call other upstream tools. MCP has
+server's tools under sagas, with compensations that call other upstream tools; given a
+factory of clients it restarts a dead upstream before a call is journaled, and relays
+progress, sampling, elicitation, roots, logs and list changes. MCP has
 no native pause: an IRREVERSIBLE call answers the `[AWAITING_APPROVAL]` text, and once
 `Sagacity.approve` has recorded a human's approval, sending the call again runs it once.
 A `sagacity/call_id` names one call: another tool under it, or a second request under it
@@ -32,20 +35,27 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
         "sagacity.integrations.mcp needs the MCP Python SDK 2.x: pip install 'sagacity[mcp]'"
     ) from error
 
-from sagacity.integrations.mcp._proxy import Compensate, UpstreamToolError, mcp_proxy
-from sagacity.integrations.mcp._sagas import end_saga
+from sagacity.integrations.mcp._proxy import Compensate, mcp_proxy
+from sagacity.integrations.mcp._proxy_server import ProxyServer
+from sagacity.integrations.mcp._sagas import PROCESS_TOKEN, end_saga
 from sagacity.integrations.mcp._server import SagaExtension, mcp_server, tool_function
+from sagacity.integrations.mcp._upstream import UpstreamFactory, UpstreamUnavailableError
 from sagacity.integrations.mcp._wire import (
     APPROVAL_META,
     CALL_ID_META,
+    COMPENSATE_METHOD,
     END_METHOD,
     EXTENSION_ID,
     SAGA_ID_META,
+    CompensateSagaRequest,
     EndSagaParams,
     EndSagaRequest,
     EndSagaResult,
+    IsErrorPolicy,
     SagaOf,
+    UpstreamToolError,
     classify_mcp_error,
+    request_compensate_saga,
     request_end_saga,
     saga_from_meta,
     saga_meta,
@@ -54,20 +64,28 @@ from sagacity.integrations.mcp._wire import (
 __all__ = [
     "APPROVAL_META",
     "CALL_ID_META",
+    "COMPENSATE_METHOD",
     "END_METHOD",
     "EXTENSION_ID",
+    "PROCESS_TOKEN",
     "SAGA_ID_META",
     "Compensate",
+    "CompensateSagaRequest",
     "EndSagaParams",
     "EndSagaRequest",
     "EndSagaResult",
+    "IsErrorPolicy",
+    "ProxyServer",
     "SagaExtension",
     "SagaOf",
+    "UpstreamFactory",
     "UpstreamToolError",
+    "UpstreamUnavailableError",
     "classify_mcp_error",
     "end_saga",
     "mcp_proxy",
     "mcp_server",
+    "request_compensate_saga",
     "request_end_saga",
     "saga_from_meta",
     "saga_meta",

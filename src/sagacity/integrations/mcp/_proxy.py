@@ -3,53 +3,40 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import logging
 import re
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, get_args
 
 from mcp import Client
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
-from mcp.shared.exceptions import MCPError
-from mcp.types import (
-    INVALID_PARAMS,
-    CallToolRequestParams,
-    CallToolResult,
-    ListToolsResult,
-    PaginatedRequestParams,
-    TextContent,
-    Tool,
-)
+from mcp.types import CallToolResult, Tool
 
 from sagacity.annotations import Reversibility, compensable
 from sagacity.compensation import CompensationContext
-from sagacity.errors import ConfigurationError, SagacityError
-from sagacity.integrations.mcp._sagas import (
-    ToolCall,
-    handle_end_request,
-    open_sagas,
+from sagacity.errors import ConfigurationError
+from sagacity.integrations.mcp._proxy_server import ProxyServer
+from sagacity.integrations.mcp._upstream import (
+    Connection,
+    UpstreamFactory,
+    UpstreamUnavailableError,
+    forwarding,
+    open_owned,
+    serving_connection,
 )
 from sagacity.integrations.mcp._wire import (
-    END_METHOD,
-    EXTENSION_ID,
-    EndSagaParams,
-    EndSagaResult,
+    IsErrorPolicy,
     SagaOf,
-    awaiting_result,
-    call_id_from_meta,
+    UpstreamToolError,
     classify_mcp_error,
-    error_result,
     saga_from_meta,
 )
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
-__all__ = ["Compensate", "UpstreamToolError", "mcp_proxy"]
+__all__ = ["Compensate", "ProxiedTools", "UpstreamToolError", "mcp_proxy"]
 
 logger = logging.getLogger(__name__)
 
@@ -82,35 +69,27 @@ class Compensate:
             )
 
 
-class UpstreamToolError(Exception):
-    """The upstream tool answered `is_error=True`: journaled as FAILED."""
-
-    def __init__(self, tool_name: str, result: CallToolResult) -> None:
-        text = " ".join(c.text for c in result.content if isinstance(c, TextContent))
-        super().__init__(f"upstream tool {tool_name!r} returned an error: {text}")
-        self.tool_name = tool_name
-        """The upstream tool."""
-        self.result = result
-        """Its error result, handed to the proxy's client unchanged."""
-
-
 async def mcp_proxy(
     sagacity: Sagacity,
-    upstream: Client,
+    upstream: Client | UpstreamFactory,
     compensations: Mapping[str, Compensate] | None = None,
     *,
     irreversible: Iterable[str] = (),
     read_only: Iterable[str] = (),
+    is_error: Mapping[str, IsErrorPolicy] | None = None,
     prefix: str = "",
     name: str | None = None,
     saga_of: SagaOf | None = None,
-) -> Server[Any]:
+    reconnect_attempts: int = 3,
+    reconnect_backoff: float = 0.25,
+    elicit_approval: bool = True,
+) -> ProxyServer:
     """A server exposing `upstream`'s tools unchanged, each call journaled under a saga.
 
     Each tool is listed exactly as `upstream` lists it. A call joins the saga named in
     its `_meta` (as for `mcp_server`), is journaled INTENT before it is forwarded and
-    EXECUTED (the upstream's `CallToolResult`) or FAILED after; an `is_error` answer is
-    a failure and fails the saga. What a tool is, and how it is undone:
+    EXECUTED (the upstream's `CallToolResult`) or FAILED after. What a tool is, and how
+    it is undone:
 
     | configured / annotated                      | journaled as   | undone by          |
     |---------------------------------------------|----------------|--------------------|
@@ -120,51 +99,151 @@ async def mcp_proxy(
     | any other (MCP defaults: destructive, not   | IRREVERSIBLE   | nothing: approval  |
     | idempotent)                                 |                |                    |
 
+    What an upstream `isError` result does is the tool's `is_error` policy (see
+    `IsErrorPolicy`): `"result"` for read-only tools by default (journaled EXECUTED with
+    the error result: the saga goes on, the model reads the error and may call again),
+    `"fail"` for every other tool (journaled FAILED: the saga is compensated when it
+    ends); `"retry"` journals a retryable FAILED that a later success of the tool answers.
+
     Annotations are the upstream's own claims, trusted only as far as the upstream is: a
     tool that says `readOnlyHint: true` runs without approval. List a tool of an upstream
     you do not trust in `irreversible` to make it wait for approval whatever it says.
 
-    Each proxy forwards the calls it handles through its own `upstream`. Building a proxy
-    again with the same `sagacity` re-binds the journaled tools, so compensations (and
-    `resume_saga` running an approved call) go through the newest connection; while the
-    earlier connection is still open, an upstream whose tools get the same journal names
-    is refused: give it another `prefix`.
+    `upstream` is a connected `mcp.Client`, or a factory of new ones (`lambda:
+    Client(StdioServerParameters(...))`). With a factory the proxy opens the client
+    itself, reconnects when the upstream has gone (before the next call is journaled,
+    `reconnect_attempts` times with a backoff doubling from `reconnect_backoff` seconds)
+    and relays the upstream's sampling, elicitation and roots requests, log messages
+    and list changes to its own client; close it with `await proxy.aclose()`.
 
     Args:
         sagacity: Journals the calls and runs the compensations.
-        upstream: A connected `mcp.Client`; calls and compensations are sent through it.
+        upstream: A connected `mcp.Client`, or a factory of unentered ones.
         compensations: Upstream tool name → how to undo its calls.
         irreversible: Upstream tools that wait for approval whatever they declare.
         read_only: Upstream tools with nothing to undo whatever they declare.
+        is_error: Upstream tool name → what its `isError` result does (`"fail"`,
+            `"retry"` or `"result"`), over the default above.
         prefix: Put before each tool's name in the journal, when two upstreams share
             tool names within one Sagacity.
-        name: The proxy server's name.
+        name: The proxy server's name (default `sagacity-proxy`): its identity to clients.
         saga_of: Picks the saga of a call; by default `_meta["sagacity/saga_id"]`.
+        reconnect_attempts: Connection attempts when the upstream has gone (factory only).
+        reconnect_backoff: Seconds before the second attempt, doubled for each next one.
+        elicit_approval: Where the client can elicit, a call that waits for approval asks
+            its user to answer once an approver has approved, and then runs (the journal's
+            APPROVED entry decides, never the answer).
 
     Raises:
         ConfigurationError: A configured name is not an upstream tool, a tool is both
-            compensated and irreversible, two tools map to one journal name, or a journal
-            name is taken by another upstream server or another open connection.
+            compensated and irreversible, two tools map to one journal name, a journal
+            name is taken by another upstream server or another open connection, or an
+            `is_error` policy is not one of `"fail"`, `"retry"`, `"result"`.
+        UpstreamUnavailableError: The factory's client could not be opened.
     """
-    listed = await _list_tools(upstream)
-    compensations = dict(compensations or {})
-    irreversible_names, read_only_names = set(irreversible), set(read_only)
-    _check_configuration(
-        {tool.name for tool in listed}, compensations, irreversible_names, read_only_names
-    )
+    if reconnect_attempts < 1:
+        raise ConfigurationError("mcp_proxy: reconnect_attempts must be at least 1")
+    if isinstance(upstream, Client):
+        info = upstream.server_info
+        connection = Connection(
+            upstream, asyncio.get_running_loop(), info.name if info is not None else None
+        )
+        client = upstream
+    else:
+        connection, client = await open_owned(
+            upstream, attempts=reconnect_attempts, backoff=reconnect_backoff
+        )
+    try:
+        tools = ProxiedTools(
+            sagacity,
+            connection,
+            dict(compensations or {}),
+            irreversible=set(irreversible),
+            read_only=set(read_only),
+            is_error=dict(is_error or {}),
+            prefix=prefix,
+        )
+        await tools.refresh(client, check=True)
+    except BaseException:
+        await connection.aclose()
+        raise
+    connection.on_reconnect = tools.refresh_open
     sagacity.add_classifier(classify_mcp_error)
-    server_name = upstream.server_info.name if upstream.server_info is not None else None
-    connection = _Upstream(upstream, asyncio.get_running_loop(), server_name)
-    tools: dict[str, SagaTool] = {}
-    for tool, proxied in _bind(sagacity, prefix, listed, connection, compensations):
-        if tool.name in compensations:
-            declared = compensations[tool.name]
+    return ProxyServer.build(
+        name or "sagacity-proxy",
+        sagacity,
+        tools,
+        connection,
+        saga_of or saga_from_meta,
+        elicit_approval=elicit_approval,
+    )
+
+
+class ProxiedTools:
+    """The upstream's tools as the proxy lists and journals them, listed again on change."""
+
+    def __init__(
+        self,
+        sagacity: Sagacity,
+        connection: Connection,
+        compensations: dict[str, Compensate],
+        *,
+        irreversible: set[str],
+        read_only: set[str],
+        is_error: dict[str, IsErrorPolicy],
+        prefix: str,
+    ) -> None:
+        self.sagacity = sagacity
+        self.connection = connection
+        self.compensations = compensations
+        self.irreversible = irreversible
+        self.read_only = read_only
+        self.is_error = is_error
+        self.prefix = prefix
+        self.listed: list[Tool] = []
+        """The upstream's tools, exactly as it lists them."""
+        self.wrapped: dict[str, SagaTool] = {}
+        """Upstream tool name → its journaled tool."""
+
+    async def refresh_open(self) -> None:
+        """List the tools again through the open client (after a reconnect or a change)."""
+        await self.refresh(self.connection.client, check=False)
+
+    async def refresh(self, client: Client, *, check: bool) -> None:
+        """List the upstream's tools and wrap any not wrapped yet.
+
+        Raises:
+            ConfigurationError: (with `check`) the configuration names a tool the upstream
+                does not offer; (always) a journal name clashes.
+        """
+        listed = await _list_tools(client)
+        if check:
+            _check_configuration(
+                {tool.name for tool in listed},
+                self.compensations,
+                self.irreversible,
+                self.read_only,
+                self.is_error,
+            )
+        new = [tool for tool in listed if tool.name not in self.wrapped]
+        for tool, proxied in _bind(
+            self.sagacity, self.prefix, new, self.connection, self.compensations
+        ):
+            self.wrapped[tool.name] = self._wrap(tool, proxied)
+        self.listed = listed
+
+    def _wrap(self, tool: Tool, proxied: _ProxiedTool) -> SagaTool:
+        read_only = tool.name not in self.irreversible and (
+            tool.name in self.read_only
+            or bool(tool.annotations and tool.annotations.read_only_hint)
+        )
+        proxied.on_error = self.is_error.get(tool.name, "result" if read_only else "fail")
+        if tool.name in self.compensations:
+            declared = self.compensations[tool.name]
             compensable(by=proxied.undo, reversibility=declared.reversibility, name=proxied.name)(
                 proxied.forward
             )
-        elif tool.name not in irreversible_names and (
-            tool.name in read_only_names or (tool.annotations and tool.annotations.read_only_hint)
-        ):
+        elif read_only:
             compensable(
                 by=_nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=proxied.name
             )(proxied.forward)
@@ -172,10 +251,8 @@ async def mcp_proxy(
             compensable(reversibility=Reversibility.IRREVERSIBLE, name=proxied.name)(
                 proxied.forward
             )
-        (tools[tool.name],) = sagacity.wrap(proxied.forward)
-    return _ProxyServer(sagacity, listed, tools, saga_of or saga_from_meta, connection).server(
-        name or "sagacity-proxy"
-    )
+        (wrapped,) = self.sagacity.wrap(proxied.forward)
+        return wrapped
 
 
 def _nothing_to_undo() -> None:
@@ -198,12 +275,14 @@ def _check_configuration(
     compensations: Mapping[str, Compensate],
     irreversible: set[str],
     read_only: set[str],
+    is_error: Mapping[str, str],
 ) -> None:
     offered = ", ".join(sorted(upstream_names)) or "none"
     for option, names in (
         ("compensations", set(compensations)),
         ("irreversible", irreversible),
         ("read_only", read_only),
+        ("is_error", set(is_error)),
         ("a Compensate(tool=...)", {c.tool for c in compensations.values()}),
     ):
         unknown = sorted(names - upstream_names)
@@ -211,6 +290,14 @@ def _check_configuration(
             raise ConfigurationError(
                 f"mcp_proxy: {option} names {', '.join(map(repr, unknown))}, which the upstream "
                 f"server does not offer (it offers: {offered}); fix the name"
+            )
+    policies = set(get_args(IsErrorPolicy))
+    for tool_name, policy in is_error.items():
+        if policy not in policies:
+            raise ConfigurationError(
+                f"mcp_proxy: is_error[{tool_name!r}] is {policy!r}; it must be 'fail' (the saga "
+                "fails), 'retry' (the model may call again) or 'result' (journaled as the "
+                "call's result)"
             )
     for left, right, first, second in (
         (set(compensations), irreversible, "compensations", "irreversible"),
@@ -231,31 +318,6 @@ def _journal_name(prefix: str, tool_name: str) -> str:
     return f"_{name}" if not name.isidentifier() else name
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Upstream:
-    """One connection to an upstream server, and the event loop that opened it."""
-
-    client: Client
-    loop: asyncio.AbstractEventLoop
-    server_name: str | None
-
-    @property
-    def is_open(self) -> bool:
-        """Whether calls can still be sent: the client's context is entered, its loop alive."""
-        if self.loop.is_closed():
-            return False
-        try:
-            return self.client.session is not None
-        except RuntimeError:  # the client's `async with` has exited
-            return False
-
-
-_serving: contextvars.ContextVar[_Upstream | None] = contextvars.ContextVar(
-    "sagacity_mcp_proxy_upstream", default=None
-)
-"""The connection of the proxy handling the `tools/call` running in this context."""
-
-
 class _ProxiedTool:
     """One upstream tool as journaled: a forwarding function and its undo, made once.
 
@@ -271,12 +333,14 @@ class _ProxiedTool:
         self.name = name
         self.upstream_name = upstream_name
         self.server_name = server_name
-        self.upstream: _Upstream | None = None
+        self.upstream: Connection | None = None
         self.compensate: Compensate | None = None
+        self.on_error: IsErrorPolicy = "fail"
+        """What an upstream `isError` result of the tool does to the saga."""
         self.forward = self._forwarding_function()
         self.undo = self._undoing_function()
 
-    def refuse_rebinding(self, upstream_name: str, upstream: _Upstream) -> None:
+    def refuse_rebinding(self, upstream_name: str, upstream: Connection) -> None:
         """Refuse to point this journal name at another tool, server or open connection.
 
         Raises:
@@ -294,7 +358,12 @@ class _ProxiedTool:
                 "another prefix=..."
             )
         bound = self.upstream
-        if bound is not None and bound.client is not upstream.client and bound.is_open:
+        if (
+            bound is not None
+            and bound is not upstream
+            and bound.client is not upstream.client
+            and (bound.is_open or bound.owned)
+        ):
             # Both servers may call themselves the same: only the connection tells them
             # apart, and a compensation run outside any call could not pick the right one.
             raise ConfigurationError(
@@ -305,12 +374,12 @@ class _ProxiedTool:
                 "both proxies, or close the first connection before building the proxy again"
             )
 
-    def bind(self, upstream: _Upstream, tool: Tool, compensate: Compensate | None) -> None:
+    def bind(self, upstream: Connection, tool: Tool, compensate: Compensate | None) -> None:
         self.upstream = upstream
         self.compensate = compensate
         self.forward.__doc__ = tool.description
 
-    def _client(self, upstream: _Upstream | None) -> Client:
+    async def _client(self, upstream: Connection | None) -> Client:
         if upstream is None:  # pragma: no cover - bound before it is wrapped
             raise ConfigurationError(f"tool {self.name!r} is not bound to an upstream server")
         if asyncio.get_running_loop() is not upstream.loop:
@@ -322,20 +391,24 @@ class _ProxiedTool:
                 "compensate from that loop: await end_saga(...) or await "
                 "Sagacity.acompensate(...)"
             )
-        if not upstream.is_open:
-            raise ConfigurationError(
-                f"tool {self.name!r}: the connection to upstream server "
-                f"{upstream.server_name!r} is closed, so nothing was sent; build the proxy "
-                "again on an open connection (await mcp_proxy(...)) and retry"
-            )
-        return upstream.client
+        try:
+            return await upstream.ensure_open()
+        except UpstreamUnavailableError as error:
+            raise UpstreamUnavailableError(f"tool {self.name!r}: {error}") from None
 
     def _forwarding_function(self) -> Callable[..., Any]:
         async def forward(**arguments: Any) -> CallToolResult:
-            client = self._client(_serving.get() or self.upstream)
-            result = await client.call_tool(self.upstream_name, arguments)
-            if result.is_error:
-                raise UpstreamToolError(self.upstream_name, result)
+            client = await self._client(serving_connection.get() or self.upstream)
+            extra = forwarding.get()
+            result = await client.call_tool(
+                self.upstream_name,
+                arguments,
+                progress_callback=extra.progress if extra else None,
+                meta=extra.meta if extra else None,  # type: ignore[arg-type]
+            )
+            if result.is_error and self.on_error != "result":
+                retryable = self.on_error == "retry"
+                raise UpstreamToolError(self.upstream_name, result, retryable=retryable)
             return result
 
         forward.__name__ = forward.__qualname__ = self.name
@@ -354,7 +427,8 @@ class _ProxiedTool:
             else:
                 result = CallToolResult.model_validate(context.result)
                 arguments = dict(compensate.args(dict(context.input), result))
-            outcome = await self._client(self.upstream).call_tool(compensate.tool, arguments)
+            client = await self._client(self.upstream)
+            outcome = await client.call_tool(compensate.tool, arguments)
             if outcome.is_error:
                 raise UpstreamToolError(compensate.tool, outcome)
 
@@ -372,7 +446,7 @@ def _bind(
     sagacity: Sagacity,
     prefix: str,
     listed: list[Tool],
-    upstream: _Upstream,
+    upstream: Connection,
     compensations: Mapping[str, Compensate],
 ) -> list[tuple[Tool, _ProxiedTool]]:
     """Point each listed tool's journal name at `upstream`, after checking every one.
@@ -403,104 +477,3 @@ def _bind(
             proxied.bind(upstream, tool, compensations.get(tool.name))
             bound.append((tool, proxied))
         return bound
-
-
-class _ProxyServer:
-    """The low-level MCP server of one proxy: lists and forwards the upstream tools."""
-
-    def __init__(
-        self,
-        sagacity: Sagacity,
-        listed: list[Tool],
-        tools: dict[str, SagaTool],
-        saga_of: SagaOf,
-        upstream: _Upstream,
-    ) -> None:
-        self.sagacity = sagacity
-        self.listed = listed
-        self.tools = tools
-        self.saga_of = saga_of
-        self.upstream = upstream
-        self.sagas = open_sagas(sagacity)
-        self.schemas = {tool.name: tool.input_schema for tool in listed}
-        self.output_schemas = {tool.name: tool.output_schema for tool in listed}
-
-    def server(self, name: str) -> Server[Any]:
-        server: Server[Any] = Server(
-            name,
-            on_list_tools=self.list_tools,
-            on_call_tool=self.call_tool,
-            get_tool_input_schema=self.schemas.get,
-        )
-        server.add_request_handler(END_METHOD, EndSagaParams, self.end)
-        server.extensions[EXTENSION_ID] = {}
-        return server
-
-    async def list_tools(
-        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
-    ) -> ListToolsResult:
-        return ListToolsResult(tools=self.listed)
-
-    async def end(
-        self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
-    ) -> EndSagaResult:
-        return await handle_end_request(self.sagacity, params)
-
-    async def call_tool(
-        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
-    ) -> CallToolResult:
-        tool = self.tools.get(params.name)
-        if tool is None:
-            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")
-        if not self.upstream.is_open:
-            return error_result(
-                f"tool {params.name!r}: this proxy's connection to upstream server "
-                f"{self.upstream.server_name!r} is closed; nothing was sent or journaled. "
-                "Build the proxy again on an open connection"
-            )
-        arguments = dict(params.arguments or {})
-        try:
-            saga_id = self.saga_of(ctx, params)
-            call_id = call_id_from_meta(params)
-        except ValueError as error:
-            return error_result(f"tool {params.name!r}: {error}")
-        token = _serving.set(self.upstream)  # forwarded through this proxy's connection
-        try:
-            if saga_id is None:
-                return await self._run(tool, params.name, arguments, None)
-            with self.sagas.tool_call(saga_id, call_id) as call:
-                return await self._run(tool, params.name, arguments, call)
-        except SagacityError as error:  # raised on entering: the saga has ended
-            return error_result(f"tool {params.name!r}: {error}")
-        finally:
-            _serving.reset(token)
-
-    async def _run(
-        self, tool: SagaTool, name: str, arguments: dict[str, Any], call: ToolCall | None
-    ) -> CallToolResult:
-        try:
-            if call is None:
-                value = await tool.ainvoke((), arguments)
-            else:
-                value = await tool.ainvoke(
-                    (),
-                    arguments,
-                    call_id=call.call_id_for(tool, (), arguments),
-                    on_approval_needed=call.approval_needed,
-                )
-        except UpstreamToolError as error:
-            return error.result
-        except SagacityError as error:
-            return error_result(f"tool {name!r}: {error}")
-        except MCPError:
-            raise
-        except Exception:
-            # As MCPServer does: the exception stays in the server's log and the journal.
-            logger.exception("Tool %r raised an unexpected exception", name)
-            return error_result(f"Error executing tool {name}")
-        if call is not None and call.awaiting is not None:
-            return awaiting_result(call.awaiting, None, self.output_schemas.get(name))
-        if isinstance(value, CallToolResult):
-            return value
-        # A call replayed from the journal returns its journaled result.
-        return CallToolResult.model_validate(value)

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import contextvars
 import re
+import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Mapping
@@ -48,9 +49,14 @@ __all__ = [
     "ToolCall",
     "current_tool_call",
     "end_saga",
+    "handle_compensate_request",
     "handle_end_request",
     "open_sagas",
 ]
+
+PROCESS_TOKEN = secrets.token_hex(4)
+"""Put in every call id this process makes (`tool#3.5f0c9a2e`): two proxies or servers
+serving one saga count from the same journal, and this keeps their ids apart."""
 
 
 async def end_saga(sagacity: Sagacity, saga_id: str) -> SagaResult:
@@ -95,8 +101,8 @@ class ToolCall:
         tool with a request still waiting in this saga, that request's call: sending the
         approved input again runs it, other input is refused. Otherwise, for a tool whose
         call with the same input left through MCP's control flow (a URL elicitation),
-        that call: sent again, it runs again under its id. Otherwise the next `tool#n` of
-        the saga, counted from the journal.
+        that call: sent again, it runs again under its id. Otherwise the next
+        `tool#n.<process token>` of the saga, `n` counted from the journal.
 
         Raises:
             ReplayMismatchError: Another request of the saga is running under the id
@@ -204,8 +210,13 @@ class _OpenSaga:
             self.running_ids.discard(call_id)
 
     def next_call_id(self, tool_name: str) -> str:
-        """`tool#n`, one past every id of that form in the journal or handed out here."""
-        pattern = re.compile(re.escape(tool_name) + r"#(\d+)")
+        """`tool#n.<process token>`, `n` one past every id of the tool in the journal or here.
+
+        Counting from the journal keeps ids readable and ordered across requests and
+        restarts; the process token keeps apart two processes that count to the same `n`
+        (each reads the journal before the other has written its call).
+        """
+        pattern = re.compile(re.escape(tool_name) + r"#(\d+)(?:\.[0-9a-f]+)?")
         journaled = [
             int(match.group(1))
             for entry in self.scope.history.entries
@@ -213,7 +224,7 @@ class _OpenSaga:
         ]
         number = max([self.counters.get(tool_name, 0), *journaled]) + 1
         self.counters[tool_name] = number
-        return f"{tool_name}#{number}"
+        return f"{tool_name}#{number}.{PROCESS_TOKEN}"
 
     def left_call(self, tool_name: str, input_sha256: str) -> str | None:
         """The newest call of this tool and input whose latest attempt left as control flow."""
@@ -317,6 +328,26 @@ class OpenSagas:
                 if saga.idle is not None:
                     saga.idle.set()
 
+    @contextlib.contextmanager
+    def ending(self, saga_id: str) -> Iterator[None]:
+        """Hold off calls and other endings of the saga while the body runs.
+
+        Raises:
+            MCPError: The saga is being ended or compensated already.
+        """
+        with self._lock:
+            if saga_id in self._ending or saga_id in self._open:
+                raise MCPError(
+                    code=INVALID_PARAMS,
+                    message=f"saga {saga_id!r} is being ended or has calls running; try again",
+                )
+            self._ending.add(saga_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._ending.discard(saga_id)
+
     async def end(self, saga_id: str) -> SagaResult:
         """End the saga: see `end_saga`."""
         with self._lock:
@@ -384,4 +415,48 @@ async def handle_end_request(sagacity: Sagacity, params: EndSagaParams) -> EndSa
         raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
     except SagacityError as error:
         raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
-    return EndSagaResult.of(result)
+    return _answer(sagacity, result)
+
+
+def _answer(sagacity: Sagacity, result: SagaResult) -> EndSagaResult:
+    """The wire answer for `result`: the lists of the saga's ENDED entry once it has one."""
+    ended = SagaHistory.of(result.saga_id, sagacity.history(result.saga_id)).ended
+    payload = payload_of(ended) if ended is not None else None
+    return EndSagaResult.of(result, payload)
+
+
+_RETRIED_OUTCOMES = frozenset({"COMPENSATED", "COMPENSATION_FAILED", "NEEDS_ATTENTION"})
+"""The outcomes whose compensation walk may be run again: COMPLETED has nothing to undo."""
+
+
+async def handle_compensate_request(sagacity: Sagacity, params: EndSagaParams) -> EndSagaResult:
+    """Serve a `sagacity/compensate` request: run an ended saga's compensations again.
+
+    Only a saga that ended compensating is walked again (COMPENSATION_FAILED, or
+    NEEDS_ATTENTION after its calls in doubt were resolved, or COMPENSATED, which
+    answers the same again): an open saga is ended with `sagacity/end`, and a COMPLETED
+    one is never undone by a retry. The walk never repeats an undo journaled COMPENSATED.
+    """
+    saga_id = params.saga_id
+    history = SagaHistory.of(saga_id, sagacity.history(saga_id))
+    if not history.entries:
+        raise MCPError(code=INVALID_PARAMS, message=f"saga {saga_id!r} has no journal entries")
+    if history.ended is None:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"saga {saga_id!r} is still open; end it with sagacity/end first",
+        )
+    if history.outcome not in _RETRIED_OUTCOMES:
+        raise MCPError(
+            code=INVALID_PARAMS,
+            message=f"saga {saga_id!r} ended {history.outcome}: there is nothing to compensate",
+        )
+    sagas = open_sagas(sagacity)
+    with sagas.ending(saga_id):
+        try:
+            result = await sagacity.acompensate(saga_id)
+        except SagaStateError as error:
+            raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
+        except SagacityError as error:
+            raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
+    return _answer(sagacity, result)

@@ -17,10 +17,12 @@ from mcp.types import CallToolRequestParams, CallToolResult
 from sagacity.errors import SagacityError
 from sagacity.integrations.mcp._sagas import (
     current_tool_call,
+    handle_compensate_request,
     handle_end_request,
     open_sagas,
 )
 from sagacity.integrations.mcp._wire import (
+    COMPENSATE_METHOD,
     END_METHOD,
     EXTENSION_ID,
     EndSagaParams,
@@ -43,7 +45,8 @@ class SagaExtension(Extension):
 
     Pass it to `MCPServer(extensions=[...])`. It registers the wrapped tools of
     `sources` (a function per tool with the tool's own signature, so MCP derives the
-    same schema), serves the `sagacity/end` request, and intercepts every `tools/call`:
+    same schema), serves the `sagacity/end` and `sagacity/compensate` requests, and
+    intercepts every `tools/call`:
     a call whose `_meta` names a saga runs inside that saga, so wrapped tools journal
     INTENT before and EXECUTED or FAILED after, seeing the raw exception that MCP then
     hides behind a generic `is_error` result. An IRREVERSIBLE call that waits for
@@ -74,8 +77,11 @@ class SagaExtension(Extension):
         ]
 
     def methods(self) -> Sequence[MethodBinding]:
-        """The `sagacity/end` request."""
-        return [MethodBinding(END_METHOD, EndSagaParams, self._handle_end)]
+        """The `sagacity/end` and `sagacity/compensate` requests."""
+        return [
+            MethodBinding(END_METHOD, EndSagaParams, self._handle_end),
+            MethodBinding(COMPENSATE_METHOD, EndSagaParams, self._handle_compensate),
+        ]
 
     async def intercept_tool_call(
         self,
@@ -105,6 +111,11 @@ class SagaExtension(Extension):
         self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
     ) -> EndSagaResult:
         return await handle_end_request(self.sagacity, params)
+
+    async def _handle_compensate(
+        self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
+    ) -> EndSagaResult:
+        return await handle_compensate_request(self.sagacity, params)
 
 
 def mcp_server(

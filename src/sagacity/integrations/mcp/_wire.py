@@ -3,13 +3,14 @@
 A saga reaches an MCP server as request metadata: each `tools/call` names its saga in
 `_meta["sagacity/saga_id"]` and, optionally, its call in `_meta["sagacity/call_id"]`.
 A call that waits for approval answers the `[AWAITING_APPROVAL]` text with
-`_meta["sagacity/approval"]`; a `sagacity/end` request ends a saga.
+`_meta["sagacity/approval"]`; a `sagacity/end` request ends a saga, and a
+`sagacity/compensate` request runs the compensations of an ended saga again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from mcp import Client
 from mcp.server.context import ServerRequestContext
@@ -17,6 +18,7 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.types import (
     CONNECTION_CLOSED,
     REQUEST_TIMEOUT,
+    SERVER_INFO_META_KEY,
     CallToolRequestParams,
     CallToolResult,
     Request,
@@ -34,20 +36,26 @@ from sagacity.tools import FailureKind, awaiting_approval_message
 __all__ = [
     "APPROVAL_META",
     "CALL_ID_META",
+    "COMPENSATE_METHOD",
     "END_METHOD",
     "EXTENSION_ID",
     "SAGA_ID_META",
+    "CompensateSagaRequest",
     "EndSagaParams",
     "EndSagaRequest",
     "EndSagaResult",
+    "IsErrorPolicy",
     "SagaOf",
+    "UpstreamToolError",
     "awaiting_result",
     "call_id_from_meta",
     "classify_mcp_error",
     "error_result",
+    "request_compensate_saga",
     "request_end_saga",
     "saga_from_meta",
     "saga_meta",
+    "without_identity",
 ]
 
 SAGA_ID_META = "sagacity/saga_id"
@@ -58,8 +66,19 @@ APPROVAL_META = "sagacity/approval"
 """The `_meta` key of a result whose call waits for approval: `ApprovalRequest.to_json()`."""
 END_METHOD = "sagacity/end"
 """The request method that ends a saga: params `{"sagaId": ...}`."""
+COMPENSATE_METHOD = "sagacity/compensate"
+"""The request method that runs an ended saga's compensations again: params `{"sagaId": ...}`."""
 EXTENSION_ID = "sagacity/saga"
 """The extension identifier servers advertise under `capabilities.extensions`."""
+
+IsErrorPolicy = Literal["fail", "retry", "result"]
+"""What an upstream `isError` result does to the saga.
+
+- `"fail"`: journaled FAILED; the saga fails and is compensated when it ends.
+- `"retry"`: journaled FAILED `retryable`; the saga goes on while the model corrects its
+  arguments, and fails (the call in doubt) if no later call of the tool succeeds.
+- `"result"`: journaled EXECUTED with the error result, a known outcome; the saga goes on.
+"""
 
 SagaOf = Callable[[ServerRequestContext[Any, Any], CallToolRequestParams], str | None]
 """Returns the saga a `tools/call` belongs to, or None to run it outside any saga."""
@@ -101,13 +120,30 @@ def _meta_string(meta: Mapping[str, Any] | None, key: str) -> str | None:
     return value
 
 
+class UpstreamToolError(Exception):
+    """The upstream tool answered `is_error=True`: journaled as FAILED."""
+
+    def __init__(self, tool_name: str, result: CallToolResult, *, retryable: bool = False) -> None:
+        text = " ".join(c.text for c in result.content if isinstance(c, TextContent))
+        super().__init__(f"upstream tool {tool_name!r} returned an error: {text}")
+        self.tool_name = tool_name
+        """The upstream tool."""
+        self.result = result
+        """Its error result, handed to the proxy's client unchanged."""
+        self.retryable = retryable
+        """Whether the tool's `is_error` policy is `"retry"`: the saga goes on."""
+
+
 def classify_mcp_error(error: BaseException) -> FailureKind | None:
     """Journal MCP's own exceptions by what they mean.
 
     A URL elicitation request is MCP control flow (the client completes it and calls
     again); a request that timed out or whose connection closed may have run upstream,
-    so its outcome is unknown.
+    so its outcome is unknown; an upstream error result under the `"retry"` policy is
+    retryable.
     """
+    if isinstance(error, UpstreamToolError) and error.retryable:
+        return FailureKind.RETRYABLE
     if isinstance(error, UrlElicitationRequiredError):
         return FailureKind.CONTROL_FLOW
     if isinstance(error, MCPError) and error.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED):
@@ -147,8 +183,21 @@ class EndSagaResult(Result):
     """Approval request ids the saga still waits on (outcome AWAITING_APPROVAL)."""
 
     @classmethod
-    def of(cls, result: SagaResult) -> EndSagaResult:
-        """Describe a `SagaResult` for the wire."""
+    def of(cls, result: SagaResult, ended: Mapping[str, Any] | None = None) -> EndSagaResult:
+        """Describe a `SagaResult` for the wire.
+
+        `ended` is the payload of the saga's ENDED entry: when given, its lists are the
+        answer, so a request sent again for an ended saga answers what the journal holds.
+        """
+        if ended is not None:
+            return cls(
+                saga_id=result.saga_id,
+                outcome=str(ended.get("outcome", result.outcome.value)),
+                compensated=_ids(ended.get("compensated")),
+                compensation_failed=_ids(ended.get("compensation_failed")),
+                in_doubt=_ids(ended.get("in_doubt")),
+                pending=[request.request_id for request in result.pending],
+            )
         report = result.compensation
         return cls(
             saga_id=result.saga_id,
@@ -160,6 +209,31 @@ class EndSagaResult(Result):
         )
 
 
+def _ids(value: Any) -> list[str]:
+    return [str(item) for item in value] if isinstance(value, list) else []
+
+
+class CompensateSagaRequest(Request[EndSagaParams, Literal["sagacity/compensate"]]):
+    """A `sagacity/compensate` request: run an ended saga's compensations again."""
+
+    method: Literal["sagacity/compensate"] = "sagacity/compensate"
+    params: EndSagaParams
+
+
+async def request_compensate_saga(client: Client, saga_id: str) -> EndSagaResult:
+    """Ask a sagacity MCP server or proxy to retry the failed compensations of a saga.
+
+    The client side of `sagacity/compensate`: for a saga that ended COMPENSATION_FAILED
+    (or NEEDS_ATTENTION, once its calls in doubt are resolved), the walk runs again and
+    never repeats an undo already journaled COMPENSATED.
+
+    Raises:
+        MCPError: The server refused (no such saga, it is still open, or it completed).
+    """
+    request = CompensateSagaRequest(params=EndSagaParams(saga_id=saga_id))
+    return await client.session.send_request(request, EndSagaResult)
+
+
 async def request_end_saga(client: Client, saga_id: str) -> EndSagaResult:
     """Ask a sagacity MCP server or proxy to end a saga: the client side of `sagacity/end`.
 
@@ -168,6 +242,22 @@ async def request_end_saga(client: Client, saga_id: str) -> EndSagaResult:
     """
     request = EndSagaRequest(params=EndSagaParams(saga_id=saga_id))
     return await client.session.send_request(request, EndSagaResult)
+
+
+ResultT = TypeVar("ResultT", bound=Result)
+
+
+def without_identity(result: ResultT) -> ResultT:
+    """`result` without the upstream's `serverInfo` stamp: the proxy answers as itself.
+
+    The SDK stamps a result's `_meta` with the server's identity unless the handler set
+    one; an upstream's result passed on unchanged would carry the upstream's.
+    """
+    meta = result.meta
+    if not meta or SERVER_INFO_META_KEY not in meta:
+        return result
+    rest = {key: value for key, value in meta.items() if key != SERVER_INFO_META_KEY}
+    return result.model_copy(update={"meta": rest or None})
 
 
 def error_result(message: str) -> CallToolResult:
