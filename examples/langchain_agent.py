@@ -6,6 +6,7 @@ agent, so no API key is needed.
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from langchain.agents import create_agent
 from langchain.agents.middleware import ToolErrorMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from sagacity import CompensationContext, Reversibility, Sagacity, compensable, compensation
@@ -89,12 +90,13 @@ def main() -> None:
         # For a real model, replace the scripted one with (needs langchain-openai):
         # from langchain.chat_models import init_chat_model
         # model = init_chat_model("openai:gpt-4.1")
-        agent = create_agent(
+        saver = SqliteSaver(sqlite3.connect(f"{folder}/checkpoints.db", check_same_thread=False))
+        agent = create_agent(  # the saver persists: another process could resume the wire
             model,
             tools,
             # Hands tool errors to the model, which carries on: only the journal knows.
             middleware=[ToolErrorMiddleware(on_error=lambda error, request: f"failed: {error}")],
-            checkpointer=InMemorySaver(),
+            checkpointer=saver,
         )
 
         order: Any = {"configurable": {"thread_id": "order"}}
@@ -119,6 +121,7 @@ def main() -> None:
         )
         print(f"wire-1002: {resumed.outcome.name} after alice approved")
         show(sagacity, "wire-1002")
+        saver.conn.close()
         sagacity.close()
 
 

@@ -25,14 +25,20 @@ class TestReadme:
         assert first_block[1].startswith("make test")
 
     def test_quick_start_runs(self, capsys: pytest.CaptureFixture[str]) -> None:
-        """The quick start compensates the reservation and prints COMPENSATED."""
+        """The quick start is at most 20 lines of code, compensates and prints COMPENSATED."""
         (code,) = python_blocks(ROOT / "README.md")
-        assert len(code.splitlines()) <= 30
+        assert len([line for line in code.splitlines() if line.strip()]) <= 20
         exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
         assert capsys.readouterr().out.splitlines() == [
             "released res-SKU-42-2",
             "SagaOutcome.COMPENSATED",
         ]
+
+    def test_links_into_the_site(self) -> None:
+        """The README points to the quick start, the tutorials and the API reference."""
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        for target in ["docs/quickstart.md", "docs/tutorials/index.md", "docs/reference/api.md"]:
+            assert f"]({target})" in text
 
 
 class TestCliDocs:

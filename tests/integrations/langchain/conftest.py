@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,3 +25,19 @@ def stores(sqlite_url: str) -> Iterator[tuple[Sagacity, Sagacity]]:
 def flavour(request: pytest.FixtureRequest) -> tuple[str, bool]:
     graph_kind, mode = request.param.split("-")
     return graph_kind, mode == "async"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """These graphs keep their threads in an InMemorySaver on purpose (one process).
+
+    The warning that another process could not resume such a pause is the subject of
+    `test_checkpointer_warning.py`, which keeps warnings as errors.
+    """
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.parent == here and item.path.name != "test_checkpointer_warning.py":
+            item.add_marker(
+                pytest.mark.filterwarnings(
+                    "ignore::sagacity.integrations.langchain.InMemoryCheckpointerWarning"
+                )
+            )

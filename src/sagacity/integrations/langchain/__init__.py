@@ -17,7 +17,8 @@ sees the raw exception. IRREVERSIBLE tools pause the graph with LangGraph's `int
 a "no" in the resume value (`Command(resume={"approved": False})`) is journaled as a
 rejection and the call is not run, while a "yes" is never enough: sagacity's journal
 decides. A tool-call id names one call: a second call under it in one run is refused.
-See `docs/integrations/langchain.md`.
+A pause under `InMemorySaver` warns (`InMemoryCheckpointerWarning`): another process
+could not resume it. See `docs/integrations/langchain.md`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
 
 from sagacity.integrations.langchain._graph import (
     APPROVAL_INTERRUPT,
+    InMemoryCheckpointerWarning,
     classify_langgraph_error,
 )
 from sagacity.integrations.langchain._resume import RESUME_SOURCE
@@ -45,6 +47,7 @@ from sagacity.integrations.langchain._tools import (
 __all__ = [
     "APPROVAL_INTERRUPT",
     "RESUME_SOURCE",
+    "InMemoryCheckpointerWarning",
     "SagaStructuredTool",
     "as_langchain_tool",
     "classify_langgraph_error",

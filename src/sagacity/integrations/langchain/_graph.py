@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import NoReturn
 
 from langchain_core.runnables.config import var_child_runnable_config
+from langgraph.checkpoint.memory import InMemorySaver, PersistentDict
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ApprovalError
+from sagacity.errors import ApprovalError, SagacityWarning
 from sagacity.journal import JsonValue
 from sagacity.tools import FailureKind
 
 __all__ = [
     "APPROVAL_INTERRUPT",
     "INTERRUPT_LOCK",
+    "InMemoryCheckpointerWarning",
     "can_interrupt",
     "classify_langgraph_error",
     "interrupt_value",
     "pause_graph",
+    "warn_if_in_memory",
 ]
 
 APPROVAL_INTERRUPT = "sagacity.approval"
@@ -39,6 +43,24 @@ def classify_langgraph_error(error: BaseException) -> FailureKind | None:
     return FailureKind.CONTROL_FLOW if isinstance(error, GraphBubbleUp) else None
 
 
+class InMemoryCheckpointerWarning(SagacityWarning):
+    """A graph paused for approval under a checkpointer that lives only in this process.
+
+    The approval itself is journaled and can be given from anywhere, but the graph's
+    thread (its messages, the paused call) is in this process's memory: resumed from
+    another process, or after a restart, the thread starts anew and the paused call is
+    never asked again. Compile the graph with a persistent checkpointer.
+    """
+
+
+def _checkpointer() -> object | None:
+    config = var_child_runnable_config.get()
+    if config is None:
+        return None
+    configurable = config.get("configurable") or {}
+    return configurable.get(CONFIG_KEY_CHECKPOINTER)
+
+
 def can_interrupt() -> bool:
     """Tell whether this call runs in a LangGraph node whose graph has a checkpointer.
 
@@ -46,11 +68,31 @@ def can_interrupt() -> bool:
     graph run puts its checkpointer in the config of every node it runs; a tool invoked
     outside a graph, or in a graph compiled without one, finds none.
     """
-    config = var_child_runnable_config.get()
-    if config is None:
-        return False
-    configurable = config.get("configurable") or {}
-    return configurable.get(CONFIG_KEY_CHECKPOINTER) is not None
+    return _checkpointer() is not None
+
+
+def warn_if_in_memory(request: ApprovalRequest) -> None:
+    """Warn when the graph about to pause for `request` keeps its thread in memory only.
+
+    `InMemorySaver` (alias `MemorySaver`) holds the paused thread in this process; one
+    built with `factory=PersistentDict` writes it to a file and is not warned about.
+    Given here, when the pause happens, because that is the last moment the run can be
+    saved: after this process exits, `Command(resume=...)` elsewhere finds no thread.
+    """
+    saver = _checkpointer()
+    if isinstance(saver, InMemorySaver) and not isinstance(saver.storage, PersistentDict):
+        warnings.warn(
+            InMemoryCheckpointerWarning(
+                f"saga {request.saga_id!r}: {request.tool_name!r} (call {request.call_id!r}) "
+                f"paused the graph for approval request {request.request_id!r} under "
+                f"LangGraph's {type(saver).__name__}, which keeps the thread in this process "
+                "only: resumed from another process or after a restart, the thread starts "
+                "anew and the paused call is lost. Compile the graph with a persistent "
+                "checkpointer: SqliteSaver (langgraph-checkpoint-sqlite, in the 'langchain' "
+                "extra) or PostgresSaver (langgraph-checkpoint-postgres)."
+            ),
+            stacklevel=2,
+        )
 
 
 def interrupt_value(

@@ -25,6 +25,7 @@ from sagacity.integrations.langchain._graph import (
     classify_langgraph_error,
     interrupt_value,
     pause_graph,
+    warn_if_in_memory,
 )
 from sagacity.integrations.langchain._resume import decline_if_refused
 from sagacity.tools import SagaTool, awaiting_approval_message
@@ -327,6 +328,7 @@ def _approval_handler(tool: SagaTool, response_format: str) -> Callable[[Approva
         if not can_interrupt():
             # Outside a checkpointed graph nothing can pause: tell the model instead.
             return _as_output(awaiting_approval_message(request), response_format)
+        warn_if_in_memory(request)
         return pause_graph(
             interrupt_value(
                 request,

@@ -1,0 +1,94 @@
+"""Run the examples of one page: in-page blocks in one namespace, snippet programs as scripts."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.docs._blocks import ROOT, Example
+
+EXAMPLES = ROOT / "examples"
+PROGRAM_TIMEOUT = 180
+
+
+def normalised(text: str) -> str:
+    """Text with trailing blanks and blank lines gone: what a reader can tell apart."""
+    return "\n".join(line.rstrip() for line in text.rstrip().splitlines())
+
+
+def script_environment() -> dict[str, str]:
+    """The environment a snippet program runs in: `examples/` and the repository importable."""
+    env = dict(os.environ)
+    paths = [str(EXAMPLES), str(ROOT), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(path for path in paths if path)
+    env["PYTHONUNBUFFERED"] = "1"
+    # The programs run as a user runs them, but warnings still fail them here.
+    env["PYTHONWARNINGS"] = "error"
+    return env
+
+
+def run_program(example: Example, program: Path, folder: Path) -> str:
+    """Run `program` as a script in `folder`; its stdout, or a failure naming the page."""
+    if not program.is_file():
+        pytest.fail(f"{example.block.where}: the snippet {program} does not exist")
+    done = subprocess.run(
+        [sys.executable, str(program)],
+        cwd=folder,
+        env=script_environment(),
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(
+            f"{example.block.where}: {program.name} exited {done.returncode}\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+    return done.stdout
+
+
+class PageRunner:
+    """Runs the blocks of one page top to bottom in one module namespace and one event loop."""
+
+    def __init__(self, name: str, capfd: pytest.CaptureFixture[str], folder: Path) -> None:
+        self.module = types.ModuleType(name)
+        self.capfd = capfd
+        self.folder = folder
+        self.loop = asyncio.new_event_loop()
+
+    def __enter__(self) -> PageRunner:
+        # Registered, so that dataclasses, pydantic and pickle find the page's classes.
+        sys.modules[self.module.__name__] = self.module
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        sys.modules.pop(self.module.__name__, None)
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+        asyncio.set_event_loop(None)
+
+    def run(self, example: Example) -> str:
+        """Run one block; what it printed."""
+        self.capfd.readouterr()
+        program = example.block.snippet
+        if program is not None:
+            return run_program(example, program, self.folder)
+        # Padded so that a traceback's line numbers are the page's.
+        source = "\n" * example.block.line + example.block.code
+        code = compile(source, example.block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        result = eval(code, self.module.__dict__)  # the page's own code, as a reader runs it
+        if asyncio.iscoroutine(result):
+            asyncio.set_event_loop(self.loop)
+            try:
+                self.loop.run_until_complete(result)
+            finally:
+                asyncio.set_event_loop(None)
+        return self.capfd.readouterr().out
