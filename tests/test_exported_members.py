@@ -31,6 +31,12 @@ class TestExportedMembers:
             "InvalidIdError",
             # One worker per saga:
             "LeaseLostError", "SagaBusyError", "SagaLease",
+            # Approval policy: four eyes, signed approvals, edits:
+            "ApprovalInputError", "ApprovalSignatureError", "SelfApprovalError",
+            # Warnings: works here, fails later elsewhere:
+            "SagacityWarning",
+            # Operations: a read that creates nothing, signed checkpoints:
+            "CheckpointError", "DatabaseNotFoundError",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

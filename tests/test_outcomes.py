@@ -63,19 +63,20 @@ class TestNeedsAttention:
     def test_the_cli_lists_it_until_it_is_resolved(
         self, tmp_path: Any, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """`sagacity sagas --outcome NEEDS_ATTENTION` names the saga until a human settles it."""
+        """`sagacity sagas --status NEEDS_ATTENTION` names the saga until a human settles it."""
         database = str(tmp_path / "s.db")
         sagacity = Sagacity.from_url(f"sqlite:///{database}")
         tools = tools_of(sagacity, Shop(ship_fails=True))
         journal_intent(sagacity, "s", "reserve_inventory#1")
         sagacity.saga("s", lambda: tools["ship"]("o"))
 
-        assert cli(["sagas", "--outcome", "NEEDS_ATTENTION", "--database", database]) == 0
-        assert capsys.readouterr().out.splitlines() == ["saga  state", "s     NEEDS_ATTENTION"]
+        assert cli(["sagas", "--status", "NEEDS_ATTENTION", "--database", database]) == 0
+        listed = capsys.readouterr().out.splitlines()
+        assert [line.split()[:2] for line in listed[1:]] == [["s", "NEEDS_ATTENTION"]]
         sagacity.resolve("s", "reserve_inventory#1", executed=False, by="ops")
         sagacity.compensate("s")
-        cli(["sagas", "--outcome", "NEEDS_ATTENTION", "--database", database])
-        assert capsys.readouterr().out.splitlines() == ["saga  state"]
+        cli(["sagas", "--status", "NEEDS_ATTENTION", "--database", database])
+        assert capsys.readouterr().out.splitlines() == ["no sagas match"]
         sagacity.close()
 
 

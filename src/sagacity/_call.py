@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from sagacity import _telemetry
 from sagacity._classify import FailureKind, error_json
 from sagacity._history import CONTROL_FLOW, CallState, payload_of
 from sagacity._ids import require_id
@@ -27,6 +29,7 @@ from sagacity.errors import (
     SerializationError,
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
+from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
 __all__ = ["PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
 
@@ -50,6 +53,7 @@ class JournaledTool(Protocol):
     reversibility: Reversibility
     retry: Retry | None
     result_where: str
+    approval_reason: str | None
 
     def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
         """Bind and convert the call's arguments."""
@@ -108,49 +112,89 @@ class Call:
 
     def begin(self) -> tuple[object, Any]:
         """Return (REPLAY, result), (PAUSE, request) or (RUN, None) after INTENT."""
-        scope, tool = self.scope, self.tool
+        scope = self.scope
         with scope.lock:
-            self._refuse_if_closed("the call is not run")
-            history = scope.history
-            prior = history.latest_call.get(self.call_id)
-            if prior is not None:
-                try:
-                    replayed = self._replay(prior)
-                except (ApprovalError, InDoubtError, ReplayMismatchError) as refusal:
-                    scope.refusal = refusal  # nothing ran: the saga stays open, not failed
-                    raise
-                if replayed is not None:
-                    return replayed
-            payload: dict[str, JsonValue] = {
-                "input": self.input,
-                "reversibility": tool.reversibility._value_,  # not .value: a Python property
-            }
-            if tool.reversibility is _IRREVERSIBLE:
-                if scope.failed:
-                    raise SagaStateError(
-                        f"saga {scope.saga_id!r}: a call has failed, so the saga will be "
-                        f"compensated; IRREVERSIBLE tool {tool.name!r} is not run. Run it in a "
-                        "new saga if it is still wanted"
-                    )
-                return self._begin_approved(payload)
-            if scope.failed_before:
-                # Its effect would be undone as soon as the work returns: do not start it.
-                raise SagaStateError(
-                    f"saga {scope.saga_id!r}: a call failed in an earlier run, so the saga "
-                    f"will be compensated; tool {tool.name!r} is not run under the new call id "
-                    f"{self.call_id!r} (calls that ran before replay). Run it in a new saga "
-                    "if it is still wanted"
-                )
-            if self.call_id in history.asked:
-                try:
-                    self._asked_request()  # asked for another tool: refused, with evidence
-                except ApprovalError as refusal:
-                    scope.refusal = refusal
-                    raise
+            decided = self._decide()
+            if isinstance(decided, tuple):
+                return decided
             self.intent = scope.append(
-                _INTENT, tool_name=tool.name, call_id=self.call_id, payload=payload
+                _INTENT, tool_name=self.tool.name, call_id=self.call_id, payload=decided
             )
         return RUN, None
+
+    async def abegin(self) -> tuple[object, Any]:
+        """`begin` from async code: the loop awaits the INTENT's commit, never waits on it.
+
+        The tool runs only once its INTENT is committed. A task cancelled meanwhile
+        leaves no INTENT (withdrawn before its commit began) or an INTENT in doubt, and
+        the call is not started; the saga is marked failed when the INTENT may exist, so
+        that it does not end COMPLETED with a call in doubt.
+        """
+        scope, tool = self.scope, self.tool
+        if (
+            tool.reversibility is _IRREVERSIBLE
+            or tool.approval_reason is not None
+            or self.call_id in scope.history.asked
+        ):
+            # The approval gate (rare, and paced by a human) runs as the sync path does,
+            # on the loop's thread: sibling calls of one turn then reach the journal in the
+            # order the framework started them, which the adapters' pauses rely on.
+            return self.begin()
+        with scope.lock:
+            decided = self._decide()
+        if isinstance(decided, tuple):
+            return decided
+        try:
+            self.intent = await scope.aappend(
+                _INTENT, tool_name=tool.name, call_id=self.call_id, payload=decided
+            )
+        except asyncio.CancelledError as cancelled:
+            if not isinstance(cancelled, AppendWithdrawn):
+                scope.fail(cancelled)  # its INTENT is (or may be) in the journal, in doubt
+            raise
+        return RUN, None
+
+    def _decide(self) -> tuple[object, Any] | dict[str, JsonValue]:
+        """Under the scope's lock: the replay or pause to return, or the INTENT's payload."""
+        scope, tool = self.scope, self.tool
+        self._refuse_if_closed("the call is not run")
+        history = scope.history
+        prior = history.latest_call.get(self.call_id)
+        if prior is not None:
+            try:
+                replayed = self._replay(prior)
+            except (ApprovalError, InDoubtError, ReplayMismatchError) as refusal:
+                scope.refusal = refusal  # nothing ran: the saga stays open, not failed
+                raise
+            if replayed is not None:
+                return replayed
+        payload: dict[str, JsonValue] = {
+            "input": self.input,
+            "reversibility": tool.reversibility._value_,  # not .value: a Python property
+        }
+        if tool.reversibility is _IRREVERSIBLE or tool.approval_reason is not None:
+            if scope.failed:
+                raise SagaStateError(
+                    f"saga {scope.saga_id!r}: a call has failed, so the saga will be "
+                    f"compensated; IRREVERSIBLE tool {tool.name!r} is not run. Run it in a "
+                    "new saga if it is still wanted"
+                )
+            return self._begin_approved(payload)
+        if scope.failed_before:
+            # Its effect would be undone as soon as the work returns: do not start it.
+            raise SagaStateError(
+                f"saga {scope.saga_id!r}: a call failed in an earlier run, so the saga "
+                f"will be compensated; tool {tool.name!r} is not run under the new call id "
+                f"{self.call_id!r} (calls that ran before replay). Run it in a new saga "
+                "if it is still wanted"
+            )
+        if self.call_id in history.asked:
+            try:
+                self._asked_request()  # asked for another tool: refused, with evidence
+            except ApprovalError as refusal:
+                scope.refusal = refusal
+                raise
+        return payload
 
     def _refuse_if_closed(self, consequence: str) -> None:
         if self.scope.closed:
@@ -241,6 +285,15 @@ class Call:
 
     def _ask(self) -> ApprovalRequest:
         tool = self.tool
+        if tool.approval_reason is not None:  # a workflow gate says why it waits
+            return self.scope.owner.approval.ask(
+                self.scope.history,
+                tool_name=tool.name,
+                call_id=self.call_id,
+                input=self.input,
+                reason=tool.approval_reason,
+                started_by=self.scope.started_by,
+            )
         summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
         return self.scope.owner.approval.ask(
             self.scope.history,
@@ -250,6 +303,7 @@ class Call:
             reason=f"{tool.name} is IRREVERSIBLE: {summary}"
             if summary
             else f"{tool.name} is IRREVERSIBLE",
+            started_by=self.scope.started_by,
         )
 
     def pending_request(self) -> ApprovalRequest | None:
@@ -258,7 +312,10 @@ class Call:
         None means the call may run now: it is not IRREVERSIBLE, it ran before (and
         will be replayed), or its approval passes every check.
         """
-        if self.tool.reversibility is not Reversibility.IRREVERSIBLE:
+        if (
+            self.tool.reversibility is not Reversibility.IRREVERSIBLE
+            and self.tool.approval_reason is None
+        ):
             return None
         scope = self.scope
         with scope.lock:
@@ -305,32 +362,53 @@ class Call:
         None when the tool declares no retries, they are used up, or the error is not one
         to retry: then `failed` journals the final outcome.
         """
-        policy = self.tool.retry
-        if (
-            policy is None
-            or self.attempt > policy.retries
-            or not isinstance(error, policy.retry_on)
-            or self.scope.owner.classify(error) is not FailureKind.FAILURE
-        ):
+        if not self._retries(error):
             return None
-        assert self.intent is not None
         with self.scope.lock:
-            self._append_outcome(
-                Phase.FAILED,
-                {"kind": "retried", "attempt": self.attempt, "error": error_json(error)},
-            )
+            self._append_outcome(Phase.FAILED, self._retried_payload(error))
             self.attempt += 1
             self.intent = self.scope.append(
                 _INTENT,
                 tool_name=self.tool.name,
                 call_id=self.call_id,
-                payload={
-                    "input": self.input,
-                    "reversibility": self.tool.reversibility._value_,
-                    "attempt": self.attempt,
-                },
+                payload=self._retry_intent(),
             )
-        return policy.delay(self.attempt - 1)
+        return self._retry_delay()
+
+    async def aretry(self, error: BaseException) -> float | None:
+        """`retry` from async code: the loop awaits both appends."""
+        if not self._retries(error):
+            return None
+        await self._aappend_outcome(Phase.FAILED, self._retried_payload(error))
+        self.attempt += 1
+        self.intent = await self.scope.aappend(
+            _INTENT, tool_name=self.tool.name, call_id=self.call_id, payload=self._retry_intent()
+        )
+        return self._retry_delay()
+
+    def _retries(self, error: BaseException) -> bool:
+        policy = self.tool.retry
+        return not (
+            policy is None
+            or self.attempt > policy.retries
+            or not isinstance(error, policy.retry_on)
+            or self.scope.owner.classify(error) is not FailureKind.FAILURE
+        )
+
+    def _retried_payload(self, error: BaseException) -> JsonValue:
+        assert self.intent is not None
+        return {"kind": "retried", "attempt": self.attempt, "error": error_json(error)}
+
+    def _retry_intent(self) -> JsonValue:
+        return {
+            "input": self.input,
+            "reversibility": self.tool.reversibility._value_,
+            "attempt": self.attempt,
+        }
+
+    def _retry_delay(self) -> float:
+        assert self.tool.retry is not None
+        return self.tool.retry.delay(self.attempt - 1)
 
     def executed(self, result: Any) -> None:
         """Journal EXECUTED; an approved call consumes its request.
@@ -339,20 +417,10 @@ class Call:
             TypeError: The tool returned an unread generator: its effect would happen as
                 it is read, after the call was journaled as done. Journaled FAILED.
         """
-        if inspect.isgenerator(result) or inspect.isasyncgen(result):
-            if inspect.isgenerator(result):
-                result.close()  # never started: nothing in it ran
-            refusal = TypeError(
-                f"tool {self.tool.name!r} returned a {type(result).__name__}, which runs as it "
-                "is read; return the collected result instead"
-            )
-            self.failed(refusal)
-            raise refusal
-        try:
-            payload: JsonValue = {"result": to_json(result, where=self.tool.result_where)}
-        except SerializationError as error:
-            # The effect has happened: record it, even if its result has no JSON form.
-            payload = {"result": None, "unserializable_result": f"{error}: {result!r:.500}"}
+        payload = self._result_payload(result)
+        if isinstance(payload, TypeError):
+            self.failed(payload)
+            raise payload
         try:
             self._append_outcome(_EXECUTED, payload)
         except BaseException:
@@ -363,8 +431,59 @@ class Call:
         self.scope.suspended.discard(self.call_id)  # ran again after a pause: not paused now
         self._consume_request()
 
+    async def aexecuted(self, result: Any) -> None:
+        """`executed` from async code: the loop awaits the EXECUTED entry's commit."""
+        payload = self._result_payload(result)
+        if isinstance(payload, TypeError):
+            await self.afailed(payload)
+            raise payload
+        try:
+            await self._aappend_outcome(_EXECUTED, payload)
+        except CommittedThenCancelled:
+            raise  # the outcome is durable: the call is not in doubt
+        except BaseException:
+            self.scope.failed = True  # the INTENT stays in doubt (see `executed`)
+            raise
+        self.scope.suspended.discard(self.call_id)
+        # On the loop's thread, as the approval gate (see `abegin`): a worker thread's
+        # write could be cancelled with the task before it started, leaving it unused.
+        self._consume_request()
+
+    def _result_payload(self, result: Any) -> JsonValue | TypeError:
+        """The EXECUTED payload, or the refusal of a result that is an unread generator."""
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            if inspect.isgenerator(result):
+                result.close()  # never started: nothing in it ran
+            return TypeError(
+                f"tool {self.tool.name!r} returned a {type(result).__name__}, which runs as it "
+                "is read; return the collected result instead"
+            )
+        try:
+            return {"result": to_json(result, where=self.tool.result_where)}
+        except SerializationError as error:
+            # The effect has happened: record it, even if its result has no JSON form.
+            return {"result": None, "unserializable_result": f"{error}: {result!r:.500}"}
+
     def failed(self, error: BaseException) -> None:
         """Journal FAILED with the error's kind; mark the saga failed when the kind says so."""
+        payload = self._failure_payload(error)
+        try:
+            self._append_outcome(Phase.FAILED, payload)
+        except JournalError as journal_error:
+            raise journal_error from error
+        self._consume_request()  # the approval was used: a retry must be approved again
+
+    async def afailed(self, error: BaseException) -> None:
+        """`failed` from async code: the loop awaits the FAILED entry's commit."""
+        payload = self._failure_payload(error)
+        try:
+            await self._aappend_outcome(Phase.FAILED, payload)
+        except JournalError as journal_error:
+            raise journal_error from error
+        self._consume_request()  # see `aexecuted`
+
+    def _failure_payload(self, error: BaseException) -> JsonValue:
+        """Classify `error`, mark the saga as its kind says, and return the FAILED payload."""
         kind = self.scope.owner.classify(error)
         if kind in (FailureKind.FAILURE, FailureKind.OUTCOME_UNKNOWN):
             self.scope.fail(error)
@@ -373,23 +492,45 @@ class Call:
         else:
             self.scope.suspended.discard(self.call_id)
         payload: dict[str, JsonValue] = {"kind": kind.value, "error": error_json(error)}
+        if kind is FailureKind.OUTCOME_UNKNOWN:
+            _telemetry.logger.warning(
+                "saga %r: call %r of tool %r is in doubt (%s): its effect may exist",
+                self.scope.saga_id,
+                self.call_id,
+                self.tool.name,
+                type(error).__name__,
+            )
         if self.attempt > 1:
             payload["attempt"] = self.attempt
-        try:
-            self._append_outcome(Phase.FAILED, payload)
-        except JournalError as journal_error:
-            raise journal_error from error
-        self._consume_request()  # the approval was used: a retry must be approved again
+        return payload
 
     def _append_outcome(self, phase: Phase, payload: JsonValue) -> None:
         assert self.intent is not None
-        self.scope.append(
+        entry = self.scope.append(
             phase,
             tool_name=self.tool.name,
             call_id=self.call_id,
             ref_seq=self.intent.seq,
             payload=payload,
         )
+        self._traced(entry)
+
+    async def _aappend_outcome(self, phase: Phase, payload: JsonValue) -> None:
+        assert self.intent is not None
+        entry = await self.scope.aappend(
+            phase,
+            tool_name=self.tool.name,
+            call_id=self.call_id,
+            ref_seq=self.intent.seq,
+            payload=payload,
+        )
+        self._traced(entry)
+
+    def _traced(self, outcome: JournalEntry) -> None:
+        tracing = _telemetry.current  # None unless sagacity.observability.instrument() ran
+        if tracing is not None:
+            assert self.intent is not None
+            tracing.tool_call(self.intent, outcome, self.tool.reversibility._value_)
 
     def _consume_request(self) -> None:
         if self.request is not None:

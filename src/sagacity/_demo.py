@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,10 +10,11 @@ from sagacity._display import journal_table
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.audit import verify
 from sagacity.compensation import CompensationContext
+from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity, SagaResult
 from sagacity.tools import SagaTool
 
-__all__ = ["run_demo"]
+__all__ = ["is_demo_journal", "run_demo"]
 
 
 class CourierDown(RuntimeError):
@@ -63,11 +65,51 @@ class OrderTools:
         return "wt-5521"
 
 
-def run_demo(database: Path, say: Callable[[str], None] = print) -> bool:
-    """Run both sagas on a fresh SQLite file at `database`; return whether the chain verifies."""
+_DEMO_SAGAS = {"order-1001", "wire-1002"}
+_MARKER = "demo_journal"
+"""The `sagacity_meta` key that marks a file the demo created, and may replace."""
+
+
+def is_demo_journal(database: Path) -> bool:
+    """Whether `database` is a SQLite file the demo created (it carries the demo marker)."""
+    try:
+        conn = sqlite3.connect(database.absolute().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        row = conn.execute("SELECT value FROM sagacity_meta WHERE key = ?", (_MARKER,)).fetchone()
+        # A demo journal written before the marker existed holds the demo's sagas only.
+        sagas = {r[0] for r in conn.execute("SELECT DISTINCT saga_id FROM sagacity_journal")}
+    except sqlite3.Error:  # not SQLite, or no sagacity tables: not ours
+        return False
+    finally:
+        conn.close()
+    return row is not None or sagas == _DEMO_SAGAS
+
+
+def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool = False) -> bool:
+    """Run both sagas on a fresh SQLite file at `database`; return whether the chain verifies.
+
+    A file already there is replaced only when the demo created it (it carries the demo
+    marker in `sagacity_meta`), or with `force`.
+
+    Raises:
+        ConfigurationError: `database` exists, is not a demo journal, and `force` is off.
+    """
+    if database.exists() or database.is_symlink():
+        if database.is_dir():
+            raise ConfigurationError(f"{database} is a directory, not a demo journal")
+        if not force and not is_demo_journal(database):
+            raise ConfigurationError(
+                f"{database} exists and is not a demo journal: the demo replaces only a file "
+                "it created; choose another --database, or pass --force to replace it"
+            )
     for suffix in ("", "-wal", "-shm"):
         Path(f"{database}{suffix}").unlink(missing_ok=True)
     sagacity = Sagacity.from_url(f"sqlite:///{database}")
+    with sqlite3.connect(database) as conn:
+        conn.execute("INSERT INTO sagacity_meta (key, value) VALUES (?, '1')", (_MARKER,))
+    conn.close()
     try:
         tools = {tool.name: tool for tool in sagacity.wrap(OrderTools(say))}
         _order_saga(sagacity, tools, say)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
 from sagacity.errors import LeaseLostError
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
+from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal._lease import SagaLease
+from sagacity.journal._protocol import append_async
 
 __all__ = ["CallState", "SagaHistory", "payload_of"]
 
@@ -114,7 +117,12 @@ class SagaHistory:
         return history
 
     def add(self, entry: JournalEntry) -> None:
-        self.entries.append(entry)
+        entries = self.entries
+        if entries and entry.seq < entries[-1].seq:
+            # Concurrent async appends of one saga may land here out of seq order.
+            bisect.insort(entries, entry, key=lambda e: e.seq)
+        else:
+            entries.append(entry)
         phase = entry.phase
         if phase is _INTENT:
             started = CallState(entry)
@@ -178,6 +186,44 @@ class SagaHistory:
             )
         except LeaseLostError:
             self.lease_lost = True
+            raise
+        self.add(entry)
+        return entry
+
+    async def aappend(
+        self,
+        journal: SideEffectJournal,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+        expected_seq: int | None = None,
+    ) -> JournalEntry:
+        """`append` from async code: the loop awaits the journal (see `append_async`).
+
+        A task cancelled while its entry was committed adds the entry here all the same
+        (`CommittedThenCancelled`): the history stays the journal's, though the caller,
+        cancelled, never receives it.
+        """
+        try:
+            entry = await append_async(
+                journal,
+                self.saga_id,
+                phase,
+                tool_name=tool_name,
+                call_id=call_id,
+                ref_seq=ref_seq,
+                payload=payload,
+                expected_seq=expected_seq,
+                fence=self.fence,
+            )
+        except LeaseLostError:
+            self.lease_lost = True
+            raise
+        except CommittedThenCancelled as cancelled:
+            self.add(cancelled.entry)
             raise
         self.add(entry)
         return entry

@@ -74,13 +74,30 @@ class LeaseKeeper:
         return self
 
     async def __aenter__(self) -> LeaseKeeper:
-        """Take the lease from async code: a wait for a busy saga does not block the loop."""
+        """Take the lease from async code, never blocking the event loop.
+
+        Each try is a commit, made on a worker thread the loop awaits; the wait for a
+        busy saga is an `asyncio.sleep`.
+        """
         deadline = time.monotonic() + self._wait
         pause = _POLL
-        while not self._acquired(deadline, pause):
+        while not await self._try_acquire(deadline, pause):
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
         return self
+
+    async def _try_acquire(self, deadline: float, pause: float) -> bool:
+        """One try on a worker thread; a task cancelled meanwhile lets go of what it took."""
+        trying = asyncio.ensure_future(asyncio.to_thread(self._acquired, deadline, pause))
+        try:
+            return await asyncio.shield(trying)
+        except asyncio.CancelledError:
+            while not trying.done():  # the try is under way: let it finish
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(trying)
+            if not trying.cancelled() and trying.exception() is None and trying.result():
+                await asyncio.to_thread(self.__exit__, None, None, None)
+            raise
 
     async def __aexit__(
         self,
@@ -88,7 +105,21 @@ class LeaseKeeper:
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.__exit__(kind, error, traceback)
+        """Release the lease on a worker thread the loop awaits (see `__exit__`).
+
+        Done even if the task is cancelled meanwhile: a release left unstarted would leave
+        the renewer holding the saga for nobody.
+        """
+        releasing = asyncio.ensure_future(asyncio.to_thread(self.__exit__, kind, error, traceback))
+        cancelled = False
+        while not releasing.done():
+            try:
+                await asyncio.shield(releasing)
+            except asyncio.CancelledError:
+                cancelled = True
+        releasing.result()
+        if cancelled:
+            raise asyncio.CancelledError()
 
     def _acquired(self, deadline: float, pause: float) -> bool:
         """Try once; False when the saga is busy and waiting `pause` more is allowed."""

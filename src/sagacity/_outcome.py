@@ -7,10 +7,12 @@ compensates, reports a refusal, leaves the saga waiting or suspended, or complet
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 from typing import Any
 
+from sagacity import _telemetry
 from sagacity._classify import error_json
 from sagacity._history import SagaHistory
 from sagacity._scope import SagaScope
@@ -117,8 +119,10 @@ class SagaEnding:
         """Report a run of async work (see `finish`); async compensations are awaited."""
         if self._must_compensate(scope, error):
             report = await self._runner.arun(scope.history)
-            return self.compensated(scope.history, report, value=value, error=error or scope.error)
-        return self._settle(scope, value, error)
+            return await asyncio.to_thread(
+                self.compensated, scope.history, report, value=value, error=error or scope.error
+            )
+        return await asyncio.to_thread(self._settle, scope, value, error)  # store I/O, off the loop
 
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
@@ -150,6 +154,7 @@ class SagaEnding:
             raise refusal
         pending = self._approval.pending(scope.saga_id, history=scope.history)
         if pending:
+            _telemetry.saga_ended(scope.history, SagaOutcome.AWAITING_APPROVAL.value)
             return SagaResult(
                 saga_id=scope.saga_id,
                 outcome=SagaOutcome.AWAITING_APPROVAL,
@@ -157,12 +162,14 @@ class SagaEnding:
                 pending=pending,
             )
         if scope.suspended:
+            _telemetry.saga_ended(scope.history, SagaOutcome.SUSPENDED.value)
             return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
         return self.completed(scope.history, value)
 
     def completed(self, history: SagaHistory, value: Any) -> SagaResult:
         """End a saga whose calls all succeeded."""
         self._end(history, SagaOutcome.COMPLETED, None, None)
+        _telemetry.saga_ended(history, SagaOutcome.COMPLETED.value)
         return SagaResult(saga_id=history.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
 
     def compensated(
@@ -177,6 +184,7 @@ class SagaEnding:
         outcome = outcome_of(report)
         self._approval.discard(history.saga_id)
         self._end(history, outcome, report, error)
+        _telemetry.saga_ended(history, outcome.value, report)
         return SagaResult(
             saga_id=history.saga_id,
             outcome=outcome,

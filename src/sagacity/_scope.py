@@ -10,6 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from sagacity import _telemetry
 from sagacity._history import SagaHistory
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
@@ -66,6 +67,9 @@ class SagaScope:
         """The work returned: calls that start now are refused (a stream left unconsumed)."""
         self.suspended: set[str] = set()
         """Calls the framework paused (a control-flow exit) that have not run again since."""
+        self.started_by: str | None = None
+        """The principal who started the saga, as its journal records it (or as this run
+        was opened with): recorded in its first entry and in every approval request."""
         self._counters: dict[str, int] = {}
 
     def next_call_id(self, tool_name: str) -> str:
@@ -102,9 +106,40 @@ class SagaScope:
                 tool_name=tool_name,
                 call_id=call_id,
                 ref_seq=ref_seq,
-                payload=payload,
+                payload=self._first_payload(payload),
                 expected_seq=expected_seq,
             )
+
+    async def aappend(
+        self,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+    ) -> JournalEntry:
+        """`append` from async code: the event loop awaits the journal, never waits on it.
+
+        The scope's lock is not held across the wait (it is a thread lock); the journal
+        orders the saga's appends, and the history indexes them by seq.
+        """
+        with self.lock:
+            payload = self._first_payload(payload)
+        return await self.history.aappend(
+            self.owner.journal,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+        )
+
+    def _first_payload(self, payload: JsonValue) -> JsonValue:
+        if self.started_by and not self.history.entries and isinstance(payload, dict):
+            # Who started the saga is evidence: it rides in the chain's first entry.
+            payload = {**payload, "started_by": self.started_by}
+        return payload
 
     def refuse(
         self,
@@ -202,6 +237,8 @@ def current_call() -> CurrentCall | None:
 
 def run_in(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
     """Run `work` with `scope` open; return what it returned, or what it raised."""
+    tracing = _telemetry.current
+    span = None if tracing is None else tracing.saga_started(scope.saga_id)
     token = _scope.set(scope)
     try:
         value = work()
@@ -210,6 +247,8 @@ def run_in(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | 
     finally:
         _scope.reset(token)
         scope.close()
+        if tracing is not None:
+            tracing.saga_work_done(span)
     if inspect.iscoroutine(value):
         value.close()  # never started: nothing in it ran
         return None, TypeError(
@@ -223,6 +262,8 @@ async def arun_in(
     scope: SagaScope, work: Callable[[], Awaitable[Any]]
 ) -> tuple[Any, Exception | None]:
     """Run async `work` with `scope` open (see `run_in`)."""
+    tracing = _telemetry.current
+    span = None if tracing is None else tracing.saga_started(scope.saga_id)
     token = _scope.set(scope)
     try:
         outcome = work()
@@ -233,6 +274,8 @@ async def arun_in(
     finally:
         _scope.reset(token)
         scope.close()
+        if tracing is not None:
+            tracing.saga_work_done(span)
     return _unconsumed_stream(scope, outcome)
 
 

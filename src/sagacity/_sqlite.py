@@ -6,9 +6,9 @@ import sqlite3
 import time
 from pathlib import Path
 
-from sagacity.errors import JournalError, SchemaVersionError
+from sagacity.errors import DatabaseNotFoundError, JournalError, SchemaVersionError
 
-__all__ = ["SCHEMA_VERSION", "connect"]
+__all__ = ["SCHEMA_VERSION", "TRIGGERS", "connect"]
 
 SCHEMA_VERSION = 2
 """1: journal and approval requests; 2: saga leases (added in place to a version 1 file)."""
@@ -31,12 +31,6 @@ CREATE TABLE IF NOT EXISTS sagacity_journal (
     hash        TEXT    NOT NULL,
     PRIMARY KEY (saga_id, seq)
 ) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS sagacity_journal_no_update
-    BEFORE UPDATE ON sagacity_journal
-    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS sagacity_journal_no_delete
-    BEFORE DELETE ON sagacity_journal
-    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
 CREATE TABLE IF NOT EXISTS sagacity_approval_request (
     request_id   TEXT PRIMARY KEY,
     saga_id      TEXT    NOT NULL,
@@ -60,22 +54,55 @@ CREATE TABLE IF NOT EXISTS sagacity_lease (
 ) WITHOUT ROWID;
 """
 
+# Created with the journal table only: re-creating them on every open would erase the
+# evidence that someone dropped them (`verify` reports a missing one).
+_TRIGGERS = """
+CREATE TRIGGER sagacity_journal_no_update
+    BEFORE UPDATE ON sagacity_journal
+    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
+CREATE TRIGGER sagacity_journal_no_delete
+    BEFORE DELETE ON sagacity_journal
+    BEGIN SELECT RAISE(ABORT, 'sagacity_journal is append-only'); END;
+"""
+TRIGGERS = ("sagacity_journal_no_update", "sagacity_journal_no_delete")
+"""The append-only triggers a SQLite journal must have."""
 
-def connect(path: str | Path, *, busy_timeout_ms: int = 30_000) -> sqlite3.Connection:
+
+def connect(
+    path: str | Path, *, busy_timeout_ms: int = 30_000, create: bool = True
+) -> sqlite3.Connection:
     """Open `path` with the settings the journal's guarantees rest on, creating the schema.
 
     WAL lets readers run beside the one writer; `synchronous=FULL` makes every commit
     durable across power loss, not only across a process crash. A generous busy
     timeout rides out lock contention between processes rather than failing fast.
+
+    With `create=False` nothing is created or changed: the file must exist and hold a
+    sagacity schema this code reads (for the read commands, which must not leave a new
+    database or re-created triggers behind).
     """
+    if not create and not Path(path).is_file():
+        raise DatabaseNotFoundError(f"no SQLite database at {str(path)!r}")
     try:
-        conn = sqlite3.connect(
-            str(path),
-            timeout=busy_timeout_ms / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
+        if create:
+            conn = sqlite3.connect(
+                str(path),
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        else:
+            conn = sqlite3.connect(
+                Path(path).absolute().as_uri() + "?mode=rw",
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=True,
+            )
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if not create:
+            _check_schema(conn, path)
+            return conn
         _set_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = FULL")
         _ensure_schema(conn, path)
@@ -104,8 +131,9 @@ def _set_wal(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
 def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
+        new = _table_missing(conn, "sagacity_journal")
         # executescript() would commit on its own: run the statements one by one.
-        for statement in _statements(_SCHEMA):
+        for statement in _statements(_SCHEMA + (_TRIGGERS if new else "")):
             conn.execute(statement)
         row = conn.execute(
             "SELECT value FROM sagacity_meta WHERE key = 'schema_version'"
@@ -126,6 +154,48 @@ def _ensure_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def _table_missing(conn: sqlite3.Connection, name: str) -> bool:
+    found = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone()
+    return found is None
+
+
+_JOURNAL_COLUMNS = {
+    "saga_id",
+    "seq",
+    "phase",
+    "tool_name",
+    "call_id",
+    "ref_seq",
+    "payload",
+    "recorded_at",
+    "prev_hash",
+    "hash",
+}
+
+
+def _check_schema(conn: sqlite3.Connection, path: str | Path) -> None:
+    """Refuse a file without a sagacity schema this code reads; change nothing."""
+    if _table_missing(conn, "sagacity_meta") or _table_missing(conn, "sagacity_journal"):
+        raise DatabaseNotFoundError(
+            f"SQLite database {str(path)!r} holds no sagacity journal (no sagacity_meta or "
+            "sagacity_journal table)"
+        )
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(sagacity_journal)")}
+    if not columns >= _JOURNAL_COLUMNS:
+        raise SchemaVersionError(
+            f"SQLite database {str(path)!r}: its sagacity_journal table is not sagacity's "
+            f"(it lacks {', '.join(sorted(_JOURNAL_COLUMNS - columns))})"
+        )
+    row = conn.execute("SELECT value FROM sagacity_meta WHERE key = 'schema_version'").fetchone()
+    if row is None or int(row[0]) > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"SQLite database {str(path)!r} has schema version {None if row is None else row[0]}, "
+            f"but this sagacity knows only up to {SCHEMA_VERSION}; upgrade sagacity to open it"
+        )
 
 
 def _statements(script: str) -> list[str]:

@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sagacity._owner import SagaOwner
-from sagacity.annotations import Retry, Reversibility, ToolDeclaration, declaration_of
+from sagacity.annotations import (
+    Retry,
+    Reversibility,
+    ToolDeclaration,
+    check_approvers,
+    declaration_of,
+)
 from sagacity.compensation import Compensation, CompensationRegistry
 from sagacity.errors import ConfigurationError
 from sagacity.tools import SagaTool
@@ -193,6 +199,7 @@ def _declared(
             "the stream inside the tool and return it as a list"
         )
     _check_retry(declaration, name, where)
+    check_approvers(declaration.approvers, declaration.reversibility, name, where)
     _check_compensation_options(declaration, name, where)
     if compensation is not None:
         timeout = declaration.compensation_timeout

@@ -7,10 +7,13 @@ import enum
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from sagacity.errors import ConfigurationError
+
 __all__ = [
     "Retry",
     "Reversibility",
     "ToolDeclaration",
+    "check_approvers",
     "compensable",
     "compensation",
     "declaration_of",
@@ -69,6 +72,8 @@ class ToolDeclaration:
     next walk instead of being left in doubt for a human."""
     compensation_timeout: float | None = None
     """Seconds the walk waits for its compensation; None: no bound."""
+    approvers: int = 1
+    """How many different principals must approve an IRREVERSIBLE call before it runs."""
 
 
 @overload
@@ -87,6 +92,7 @@ def compensable(
     max_backoff: float = 30.0,
     compensation_idempotent: bool = False,
     compensation_timeout: float | None = None,
+    approvers: int = 1,
 ) -> Callable[[F], F]: ...
 
 
@@ -103,6 +109,7 @@ def compensable(
     max_backoff: float = 30.0,
     compensation_idempotent: bool = False,
     compensation_timeout: float | None = None,
+    approvers: int = 1,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -128,6 +135,10 @@ def compensable(
             async compensation is cancelled and a sync one is left running in its worker
             thread; either way it is journaled COMPENSATION_FAILED with its outcome
             unknown, listed in doubt, and the walk goes on. None: no bound.
+        approvers: For an IRREVERSIBLE tool, how many different principals must approve
+            a call's exact input before it runs (none of them the saga's starter). A
+            whole number from 1; more than 1 on a tool that is not IRREVERSIBLE is a
+            `ConfigurationError` at wrap time (it never waits for approval).
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -147,6 +158,7 @@ def compensable(
         retry=retry,
         compensation_idempotent=compensation_idempotent,
         compensation_timeout=compensation_timeout,
+        approvers=approvers,
     )
 
     def declare(target: F) -> F:
@@ -154,6 +166,33 @@ def compensable(
         return target
 
     return declare(func) if func is not None else declare
+
+
+MAX_APPROVERS = 100
+"""The most approvers a tool may require: more is a mistake, not a policy."""
+
+
+def check_approvers(approvers: object, reversibility: Reversibility, name: str, where: str) -> None:
+    """Refuse an `approvers` count that is not a whole number from 1, or that could not apply.
+
+    Raises:
+        ConfigurationError: It is not an int from 1 to 100, or it is above 1 on a tool
+            that is not IRREVERSIBLE (such a tool never waits for approval).
+    """
+    if isinstance(approvers, bool) or not isinstance(approvers, int):
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: approvers must be a whole number ≥ 1, not {approvers!r}"
+        )
+    if not 1 <= approvers <= MAX_APPROVERS:
+        raise ConfigurationError(
+            f"{where}: tool {name!r}: approvers must be from 1 to {MAX_APPROVERS}, not {approvers}"
+        )
+    if approvers > 1 and reversibility is not Reversibility.IRREVERSIBLE:
+        raise ConfigurationError(
+            f"{where}: tool {name!r} declares approvers={approvers} but is "
+            f"{reversibility.name}; only IRREVERSIBLE calls wait for approval, so declare it "
+            "IRREVERSIBLE or drop approvers"
+        )
 
 
 def compensation(func: F) -> F:

@@ -7,6 +7,7 @@ SagacityError                      500
 ├── InvalidIdError                 422  a saga or call id cannot be stored or displayed
 ├── JournalError                   503  the journal could not be read or written
 │   ├── SchemaVersionError         503  the database has a newer schema than this code
+│   ├── DatabaseNotFoundError      404  no sagacity database there (a read never creates one)
 │   ├── AppendConflictError        409  a conditional append found the saga moved on
 │   └── LeaseLostError             409  another worker took the saga over: nothing written
 ├── SagaStateError                 409  the saga is not in a state that allows this
@@ -16,19 +17,30 @@ SagacityError                      500
 │   ├── InDoubtError               409  a replayed call has an INTENT with no outcome
 │   └── ReplayMismatchError        409  a replayed call id ran before with other input
 ├── SagaNotFoundError              404  no journal entries for that saga
+├── CheckpointError                422  a checkpoint file is malformed, edited or forged
 └── ApprovalError                  403  an approval check refused; nothing was executed
     ├── ApprovalNotFoundError      404  no such (pending) approval request
     ├── ApprovalMissingError       403  no APPROVED entry for exactly that request
     ├── ApprovalRejectedError      403  the request was rejected
     ├── ApprovalToolMismatchError  403  the call id was approved for another tool
-    ├── ApprovalAlreadyGivenError  409  the request is approved already
+    ├── ApprovalAlreadyGivenError  409  the request is approved already (or by this approver)
+    ├── SelfApprovalError          403  the saga's starter (or the input's editor) approved
+    ├── ApprovalSignatureError     403  an approval's signature is missing, unknown or wrong
+    ├── ApprovalInputError         422  an edited input does not fit the tool's signature
     ├── ApprovalHashMismatchError  403  the input's hash differs from what was approved
     ├── ApprovalExpiredError       403  the request expired
     └── ApprovalAlreadyUsedError   409  the approved call has run already
+
+SagacityWarning (a UserWarning)         works here, but would be lost elsewhere
+└── InMemoryCheckpointerWarning         (langchain) a graph paused under InMemorySaver
 ```
 
 Every error carries `status_code`, the HTTP status the server maps it to. A pending
 approval is not an error: it is a saga outcome (`SagaOutcome.AWAITING_APPROVAL`).
+
+Warnings are `SagacityWarning`s (a `UserWarning`): something works here but will fail
+later, elsewhere — a LangGraph graph paused for approval under an in-memory
+checkpointer cannot be resumed by another process.
 """
 
 from __future__ import annotations
@@ -40,11 +52,15 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpiredError",
     "ApprovalHashMismatchError",
+    "ApprovalInputError",
     "ApprovalMissingError",
     "ApprovalNotFoundError",
     "ApprovalRejectedError",
+    "ApprovalSignatureError",
     "ApprovalToolMismatchError",
+    "CheckpointError",
     "ConfigurationError",
+    "DatabaseNotFoundError",
     "InDoubtError",
     "InvalidIdError",
     "JournalError",
@@ -56,7 +72,9 @@ __all__ = [
     "SagaNotFoundError",
     "SagaStateError",
     "SagacityError",
+    "SagacityWarning",
     "SchemaVersionError",
+    "SelfApprovalError",
     "SerializationError",
 ]
 
@@ -65,6 +83,10 @@ class SagacityError(Exception):
     """The root of every error sagacity raises."""
 
     status_code: int = 500
+
+
+class SagacityWarning(UserWarning):
+    """The root of every warning sagacity gives: this works now, but will fail later."""
 
 
 class ConfigurationError(SagacityError):
@@ -91,6 +113,18 @@ class JournalError(SagacityError):
     """The journal could not be read or written."""
 
     status_code = 503
+
+
+class CheckpointError(SagacityError):
+    """A signed checkpoint is malformed, was edited after signing, or is not the key's."""
+
+    status_code = 422
+
+
+class DatabaseNotFoundError(JournalError):
+    """No sagacity database at that URL; opening it to read creates nothing."""
+
+    status_code = 404
 
 
 class SchemaVersionError(JournalError):
@@ -192,9 +226,35 @@ class ApprovalToolMismatchError(ApprovalError):
 
 
 class ApprovalAlreadyGivenError(ApprovalError):
-    """The request is approved already; an approver approves a request once."""
+    """The request is approved already, or this approver approved it already.
+
+    An approver approves a request once; a request that needs N approvers takes N
+    different ones.
+    """
 
     status_code = 409
+
+
+class SelfApprovalError(ApprovalError):
+    """The principal who started the saga (or edited the input) tried to approve it.
+
+    Four eyes: whoever asked for an IRREVERSIBLE call, or wrote its input, is not the one
+    who lets it run. Nothing was journaled.
+    """
+
+
+class ApprovalSignatureError(ApprovalError):
+    """An APPROVED entry lacks a signature, names an unknown key, or does not verify.
+
+    Raised by the check when `Sagacity(require_signed_approvals=True)`: an approval a
+    database writer inserted without the signing key approves nothing.
+    """
+
+
+class ApprovalInputError(ApprovalError):
+    """An edited input does not fit the tool's signature; nothing was journaled."""
+
+    status_code = 422
 
 
 class ApprovalHashMismatchError(ApprovalError):

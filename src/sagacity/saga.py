@@ -7,30 +7,41 @@ approval lifecycle `approval/`, how a saga ends `_outcome.py`, and the compensat
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
+from sagacity._deciding import ApprovalDecisions
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
 from sagacity._leasing import LeaseKeeper
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
 from sagacity._scope import SagaScope, arun_in, current_scope, run_coroutine, run_in
+from sagacity._stored_call import rebuilt_arguments, wrapped_tool
 from sagacity._wrap import wrap_sources
-from sagacity.approval import ApprovalLifecycle, ApprovalRequest, ApprovalStore
+from sagacity.approval import (
+    ApprovalHook,
+    ApprovalLifecycle,
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalStore,
+)
 from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
+from sagacity.approval._policy import starter_for
 from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
     ConfigurationError,
     NestedSagaError,
     SagaNotFoundError,
     SagaStateError,
-    SerializationError,
 )
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
-from sagacity.journal._rebuild import rebuild_arguments
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
+
+if TYPE_CHECKING:
+    from sagacity.audit._keys import PrivateKey, PublicKey
 
 __all__ = ["SagaOutcome", "SagaResult", "Sagacity"]
 
@@ -39,7 +50,7 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Sagacity:
+class Sagacity(ApprovalDecisions):
     """Journals tool calls, compensates failed sagas and gates IRREVERSIBLE calls.
 
     Args:
@@ -55,10 +66,19 @@ class Sagacity:
             a timedelta); renewed every third of it while the worker holds the saga.
         lease_wait: How long to wait for a saga another worker holds before raising
             `SagaBusyError`; 0 refuses at once.
+        approval_signing_key: Signs every approval this process journals (Ed25519,
+            `sagacity.audit.load_private_key`; the `signing` extra).
+        approval_public_keys: The keys whose approval signatures are accepted (the
+            signing key's own is accepted too).
+        require_signed_approvals: Count only approvals whose signature verifies with one
+            of those keys: a row written into the journal without a key approves nothing.
+        on_approval_request: Called with each new approval request after its
+            AWAITING_APPROVAL is committed, in the asking process; what it raises is
+            logged (logger `sagacity`), never raised.
 
     Raises:
-        ConfigurationError: The clock returns a naive datetime, a TTL is negative, or the
-            lease TTL is not positive.
+        ConfigurationError: The clock returns a naive datetime, a TTL is negative, the
+            lease TTL is not positive, or signatures are required with no key to check.
     """
 
     def __init__(
@@ -71,6 +91,10 @@ class Sagacity:
         clock: Clock | None = None,
         lease_ttl: float | datetime.timedelta = 30.0,
         lease_wait: float = 0.0,
+        approval_signing_key: PrivateKey | None = None,
+        approval_public_keys: Iterable[PublicKey] = (),
+        require_signed_approvals: bool = False,
+        on_approval_request: ApprovalHook | None = None,
     ) -> None:
         self.journal = journal
         """The journal this Sagacity appends to."""
@@ -92,7 +116,17 @@ class Sagacity:
         self.lease_wait = lease_wait
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
         self.now: Clock = checked_clock(clock or _utc_now)
-        self.approval = ApprovalLifecycle(journal, approvals, ttl=approval_ttl, clock=self.now)
+        policy = ApprovalPolicy.build(
+            approval_signing_key, approval_public_keys, require_signed_approvals
+        )
+        self.approval = ApprovalLifecycle(
+            journal,
+            approvals,
+            ttl=approval_ttl,
+            clock=self.now,
+            policy=policy,
+            on_request=on_approval_request,
+        )
         """The approval lifecycle: ask, decide, check, consume."""
         self._registry = CompensationRegistry()
         self._runner = CompensationRunner(journal, self._registry)
@@ -128,7 +162,9 @@ class Sagacity:
         `ConfigurationError`. A `SagaTool` this Sagacity already made is returned as it
         is, in its place, so adapters take both.
         """
-        return wrap_sources(self, sources, known=self._tools, registry=self._registry)
+        tools = wrap_sources(self, sources, known=self._tools, registry=self._registry)
+        self.approval.declare(tools)
+        return tools
 
     def tool(self, name: str) -> SagaTool:
         """Return the wrapped tool called `name`."""
@@ -154,10 +190,14 @@ class Sagacity:
 
     # -- sagas ---------------------------------------------------------------------------
 
-    def saga(self, saga_id: str, work: Callable[[], Any]) -> SagaResult:
+    def saga(
+        self, saga_id: str, work: Callable[[], Any], *, started_by: str | None = None
+    ) -> SagaResult:
         """Run `work` as saga `saga_id` and report how it ended.
 
-        A failed saga is compensated and reported, not raised.
+        A failed saga is compensated and reported, not raised. `started_by` names the
+        principal who starts it: recorded in its journal, and refused as an approver of
+        its requests (four eyes).
 
         Raises:
             InvalidIdError: The saga id is empty, blank or unprintable.
@@ -169,13 +209,17 @@ class Sagacity:
             ApprovalError: An approval check refused a call (nothing ran).
         """
         with self._leased(saga_id, opening=True) as keeper:
-            scope = self._open(saga_id, keeper, resuming=False)
+            scope = self._open(saga_id, keeper, resuming=False, started_by=started_by)
             return self._ending.finish(scope, *run_in(scope, work))
 
-    async def asaga(self, saga_id: str, work: Callable[[], Awaitable[Any]]) -> SagaResult:
-        """Run async `work` as saga `saga_id` (see `saga`)."""
+    async def asaga(
+        self, saga_id: str, work: Callable[[], Awaitable[Any]], *, started_by: str | None = None
+    ) -> SagaResult:
+        """Run async `work` as saga `saga_id` (see `saga`); no store I/O blocks the loop."""
         async with self._leased(saga_id, opening=True) as keeper:
-            scope = self._open(saga_id, keeper, resuming=False)
+            scope = await asyncio.to_thread(
+                self._open, saga_id, keeper, resuming=False, started_by=started_by
+            )
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     def compensate(self, saga_id: str) -> SagaResult:
@@ -199,9 +243,11 @@ class Sagacity:
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
         async with self._leased(saga_id) as keeper:
-            history = keeper.hold(self._compensable_history(saga_id))
+            history = keeper.hold(await asyncio.to_thread(self._compensable_history, saga_id))
             report = await self._runner.arun(history)
-            return self._ending.compensated(history, report, value=None, error=None)
+            return await asyncio.to_thread(
+                self._ending.compensated, history, report, value=None, error=None
+            )
 
     def resolve(
         self, saga_id: str, call_id: str, *, executed: bool, result: Any = None, by: str
@@ -253,18 +299,18 @@ class Sagacity:
             return self._runner.resolve(history, call_id, compensated=compensated, by=by)
 
     @contextlib.contextmanager
-    def join(self, saga_id: str) -> Iterator[SagaScope]:
+    def join(self, saga_id: str, *, started_by: str | None = None) -> Iterator[SagaScope]:
         """Hold saga `saga_id` open for calls that arrive one request at a time.
 
         For integrations whose calls of one saga come in separate requests (an MCP
         server): takes the saga's lease, reads its journal and yields its open scope;
         run each request's calls inside `scope.entered()`. Leaving does not end the saga
         (a later `saga()`, `compensate()` or the integration's own end does); it lets the
-        lease go.
+        lease go. `started_by` is as for `saga`.
 
         Raises:
             SagaBusyError: Another worker holds the saga.
-            SagaStateError: The saga ended.
+            SagaStateError: The saga ended, or its journal records another starter.
         """
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id))
@@ -274,6 +320,7 @@ class Sagacity:
                     "a saga id is used once: start a new saga"
                 )
             scope = SagaScope(self, saga_id, history)
+            scope.started_by = starter_for(history, started_by)
             scope.failed = history.has_failed_call()
             yield scope
 
@@ -282,44 +329,6 @@ class Sagacity:
         return self.journal.entries(saga_id)
 
     # -- approval ------------------------------------------------------------------------
-
-    def pending(self, saga_id: str | None = None) -> list[ApprovalRequest]:
-        """Return the approval requests waiting, of one saga or of all.
-
-        Each is shown as the journal recorded it, with its `state` (`waiting`,
-        `approved`, or `tampered` when the stored copy disagrees with the journal, with
-        the `problem`), and its `approvals`: who approved, and when.
-        """
-        return self.approval.pending(saga_id)
-
-    def approve(
-        self,
-        saga_id: str,
-        *,
-        approver: str,
-        request_id: str | None = None,
-        expected_sha256: str | None = None,
-    ) -> JournalEntry:
-        """Journal a named approver's approval of a pending request's exact input.
-
-        Args:
-            saga_id: The saga.
-            approver: Who approves; recorded in the chain.
-            request_id: Which request; may be left out when the saga has exactly one.
-            expected_sha256: The hash the approver was shown; refused if the request's
-                input no longer hashes to it.
-
-        Returns:
-            The APPROVED entry. The request stays stored: resuming needs its hash.
-
-        Raises:
-            ApprovalAlreadyGivenError: The request is approved already.
-            ApprovalError: Another check refused (rejected, used, expired, changed).
-        """
-        require_name(approver, "approver")
-        return self.approval.approve(
-            saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
-        )
 
     def reject(
         self, saga_id: str, *, approver: str, reason: str, request_id: str | None = None
@@ -383,14 +392,14 @@ class Sagacity:
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
         if work is None:
-            request, tool, kwargs = self._stored_call(saga_id, request_id)
+            request, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
 
             async def work() -> Any:
                 explain_unusable(scope.history, request.request_id)  # no replay: used once
                 return await tool.ainvoke((), kwargs, call_id=request.call_id)
 
         async with self._leased(saga_id, opening=True) as keeper:
-            scope = self._open(saga_id, keeper, resuming=True)
+            scope = await asyncio.to_thread(self._open, saga_id, keeper, resuming=True)
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     # -- internals -----------------------------------------------------------------------
@@ -398,29 +407,11 @@ class Sagacity:
     def _stored_call(
         self, saga_id: str, request_id: str | None
     ) -> tuple[ApprovalRequest, SagaTool, dict[str, Any]]:
-        """The request to run without `work`, its tool, and its arguments rebuilt.
-
-        Checked before the saga re-opens: a tool that cannot take its journaled input (one
-        with framework-injected parameters, or a parameter whose type cannot be rebuilt
-        from JSON) is a refusal that leaves the saga open, not a failure that compensates.
-        """
+        """The request to run without `work`, its tool, and its arguments rebuilt."""
         self._refuse_ended_resume(saga_id, request_id)
         request = self.approval.pending_request(saga_id, request_id)
-        tool = self._tools.get(request.tool_name)
-        if tool is None:
-            raise ConfigurationError(
-                f"saga {saga_id!r}: tool {request.tool_name!r} is not wrapped by this Sagacity; "
-                "wrap it with Sagacity.wrap, or resume with the framework's own resume as `work`"
-            )
-        try:
-            kwargs = rebuild_arguments(tool.func, request.input, tool_name=tool.name)
-            tool.input_of((), kwargs)
-        except (TypeError, SerializationError) as error:
-            raise ConfigurationError(
-                f"saga {saga_id!r}: tool {tool.name!r} cannot be called with its journaled "
-                f"input ({error}); resume with the framework's own resume as `work`"
-            ) from error
-        return request, tool, kwargs
+        tool = wrapped_tool(self._tools, request)
+        return request, tool, rebuilt_arguments(tool, request)
 
     def _history(self, saga_id: str, *, must_exist: bool = False) -> SagaHistory:
         history = self.approval.history(saga_id)
@@ -470,7 +461,14 @@ class Sagacity:
             self.journal, saga_id, ttl=self.lease_ttl, wait=self.lease_wait, clock=self.now
         )
 
-    def _open(self, saga_id: str, keeper: LeaseKeeper, *, resuming: bool) -> SagaScope:
+    def _open(
+        self,
+        saga_id: str,
+        keeper: LeaseKeeper,
+        *,
+        resuming: bool,
+        started_by: str | None = None,
+    ) -> SagaScope:
         history = keeper.hold(self._history(saga_id))
         if history.ended is not None:
             if resuming:
@@ -485,6 +483,7 @@ class Sagacity:
                 "resume_saga"
             )
         scope = SagaScope(self, saga_id, history)
+        scope.started_by = starter_for(history, started_by)
         # A call that failed in an earlier run still fails the saga: resuming it must end
         # in compensation, never in COMPLETED with the earlier effects left live.
         scope.failed = scope.failed_before = history.has_failed_call()

@@ -65,6 +65,7 @@ class SagaTool:
         reversibility: Reversibility,
         excluded: frozenset[str] = frozenset(),
         retry: Retry | None = None,
+        approval_reason: str | None = None,
     ) -> None:
         self.owner = owner
         self.func = func
@@ -78,6 +79,9 @@ class SagaTool:
         """Parameters left out of the journaled input (framework-injected ones)."""
         self.retry = retry
         """How often a failed call is tried again; None for never."""
+        self.approval_reason = approval_reason
+        """Set, every call waits for approval as an IRREVERSIBLE one does, whatever its
+        reversibility (a workflow gate), with this reason shown to the approver."""
         self.result_where = f"tool {name!r} result"
         """Names the tool's result in a `SerializationError`."""
         self.is_async = inspect.iscoroutinefunction(func)
@@ -113,6 +117,7 @@ class SagaTool:
             reversibility=self.reversibility,
             excluded=self.excluded | frozenset(names),
             retry=self.retry,
+            approval_reason=self.approval_reason,
         )
 
     def input_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
@@ -231,7 +236,9 @@ class SagaTool:
     ) -> Any:
         """Call a tool through the journal from async code (see `invoke`).
 
-        A sync tool is called directly on the loop's thread, as its framework would.
+        A sync tool is called directly on the loop's thread, as its framework would. The
+        journal's writes are awaited, never waited on: the event loop runs other tasks
+        while an entry is committed, and the tool starts only once its INTENT is.
         """
         kwargs = kwargs or {}
         scope = self._scope()
@@ -239,7 +246,7 @@ class SagaTool:
             outcome = self.func(*args, **kwargs)
             return await outcome if inspect.isawaitable(outcome) else outcome
         call = Call(self, scope, args, kwargs, call_id)
-        decision, value = call.begin()
+        decision, value = await call.abegin()
         if decision is REPLAY:
             return value
         if decision is PAUSE:
@@ -254,14 +261,14 @@ class SagaTool:
                         result = await result
                     break
                 except BaseException as error:
-                    wait = call.retry(error)
+                    wait = await call.aretry(error)
                     if wait is None:
-                        call.failed(error)
+                        await call.afailed(error)
                         raise
                 await asyncio.sleep(wait)
         finally:
             _call.reset(token)
-        call.executed(result)
+        await call.aexecuted(result)
         return result
 
     def pending_approval(

@@ -167,7 +167,12 @@ class TestWhatTheApproverSees:
             ("alice@treasury", entry.recorded_at, entry.seq)
         ]
         assert shown.to_json()["approvals"] == [
-            {"approver": "alice@treasury", "approved_at": entry.recorded_at, "seq": entry.seq}
+            {
+                "approver": "alice@treasury",
+                "approved_at": entry.recorded_at,
+                "seq": entry.seq,
+                "key_id": None,
+            }
         ]
 
     def test_a_second_approval_is_refused(self, waiting: Waiting) -> None:

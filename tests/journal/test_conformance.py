@@ -27,6 +27,7 @@ from sagacity import (
     verify,
 )
 from sagacity.journal import GENESIS_HASH, JournalEntry, canonical_bytes, sha256_hex
+from tests.journal._awaited import EDGES, driven
 
 RFC3339_UTC_MICROS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -51,10 +52,10 @@ def sagacity(store_url: str) -> Iterator[Sagacity]:
     instance.close()
 
 
-@pytest.fixture
-def journal(sagacity: Sagacity) -> SideEffectJournal:
-    """The journal of each backend."""
-    return sagacity.journal
+@pytest.fixture(params=EDGES)
+def journal(sagacity: Sagacity, request: pytest.FixtureRequest) -> Iterator[SideEffectJournal]:
+    """The journal of each backend, appended to directly, awaited, or in a batch."""
+    yield from driven(sagacity.journal, request.param)
 
 
 def fill(journal: SideEffectJournal, saga_id: str, count: int) -> list[Any]:

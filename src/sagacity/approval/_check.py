@@ -11,25 +11,46 @@ import dataclasses
 import datetime
 
 from sagacity._history import SagaHistory, payload_of
-from sagacity.approval._request import Approval, ApprovalRequest
+from sagacity.approval._policy import (
+    ApprovalPolicy,
+    Counted,
+    approvers_required_of,
+    count_approvals,
+    recorded_starter,
+)
+from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import (
     ApprovalAlreadyUsedError,
     ApprovalExpiredError,
     ApprovalHashMismatchError,
     ApprovalMissingError,
+    ApprovalNotFoundError,
     ApprovalRejectedError,
+    ApprovalSignatureError,
 )
 from sagacity.journal import JournalEntry, Phase, sha256_hex
 
-__all__ = ["approvals_of", "check_approved", "check_unused", "verified_request"]
+__all__ = [
+    "approvals_of",
+    "check_approved",
+    "check_current",
+    "check_unused",
+    "journaled_request",
+    "verified_request",
+]
 
 
-def verified_request(request: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
+def verified_request(
+    request: ApprovalRequest, history: SagaHistory, policy: ApprovalPolicy
+) -> ApprovalRequest:
     """Return `request` as its AWAITING_APPROVAL entry records it, with its approvals.
+
+    Its starter, editor and the number of approvers it needs come from the journal, never
+    from the store.
 
     Raises:
         ApprovalMissingError: No AWAITING_APPROVAL entry matches the request's saga,
-            seq, id, call, tool and expiry.
+            seq, id, call, tool and expiry, or it records an unreadable policy.
         ApprovalHashMismatchError: The stored input or hash differs from the journal's.
     """
     saga, rid = history.saga_id, request.request_id
@@ -63,26 +84,40 @@ def verified_request(request: ApprovalRequest, history: SagaHistory) -> Approval
             f"{request.input_sha256[:12]}…), but the journal recorded {str(journaled_sha)[:12]}… "
             f"at seq {request.seq}; the stored request was changed: reject it"
         )
-    return dataclasses.replace(
+    required = approvers_required_of(journaled)
+    started_by, edited_by = journaled.get("started_by"), journaled.get("edited_by")
+    if (
+        required is None
+        or not isinstance(started_by, str | None)
+        or not isinstance(edited_by, str | None)
+    ):
+        raise ApprovalMissingError(
+            f"saga {saga!r}: the AWAITING_APPROVAL entry at seq {awaiting.seq} records an "
+            "unreadable approval policy (approvers_required, started_by or edited_by); "
+            "verify the journal, and reject the request"
+        )
+    # The saga's earliest record of its starter wins: a later entry cannot change it.
+    starter = recorded_starter(history)
+    if started_by is not None and starter is not None and started_by != starter:
+        raise ApprovalMissingError(
+            f"saga {saga!r}: the AWAITING_APPROVAL entry at seq {awaiting.seq} names "
+            f"{started_by!r} as the saga's starter, but the journal recorded {starter!r} "
+            "first; verify the journal, and reject the request"
+        )
+    verified = dataclasses.replace(
         request,
         input=journaled_input,
         input_sha256=journaled_sha,
-        approvals=approvals_of(request, history),
+        started_by=starter or started_by,
+        approvers_required=required,
+        edited_by=edited_by,
     )
+    return dataclasses.replace(verified, approvals=approvals_of(verified, history, policy).valid)
 
 
-def approvals_of(request: ApprovalRequest, history: SagaHistory) -> tuple[Approval, ...]:
-    """The journaled approvals of exactly this request, oldest first."""
-    return tuple(
-        Approval(
-            approver=str(payload_of(entry).get("approver")),
-            approved_at=entry.recorded_at,
-            seq=entry.seq,
-        )
-        for entry in _approvals_of(request, history)
-        # An approval that did not record what it approved is no approval.
-        if payload_of(entry).get("input_sha256") == request.input_sha256
-    )
+def approvals_of(request: ApprovalRequest, history: SagaHistory, policy: ApprovalPolicy) -> Counted:
+    """The journaled approvals of exactly this (verified) request, sorted by whether they count."""
+    return count_approvals(request, _approvals_of(request, history), policy)
 
 
 def _approvals_of(request: ApprovalRequest, history: SagaHistory) -> list[JournalEntry]:
@@ -119,17 +154,39 @@ def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
         )
 
 
+def check_current(request: ApprovalRequest, history: SagaHistory) -> None:
+    """Refuse a request that a newer one for the same call replaced (asked again, edited).
+
+    A call always checks the newest request of its id, so deciding on an older one would
+    decide nothing; this says so instead.
+
+    Raises:
+        ApprovalNotFoundError: A newer AWAITING_APPROVAL asks for the same call.
+    """
+    newest = history.asked.get(request.call_id)
+    if newest is not None and newest.seq != request.seq:
+        raise ApprovalNotFoundError(
+            f"saga {request.saga_id!r}: request {request.request_id} for call "
+            f"{request.call_id!r} was replaced by request "
+            f"{payload_of(newest).get('request_id')} (seq {newest.seq}); decide on that one"
+        )
+
+
 def check_approved(
     request: ApprovalRequest,
     history: SagaHistory,
     *,
     input_sha256: str,
     now: datetime.datetime,
+    policy: ApprovalPolicy,
 ) -> JournalEntry:
     """Refuse unless the verified `request` may run now with input hashing to `input_sha256`.
 
-    Returns the APPROVED entry that lets it run. Each refusal raises an `ApprovalError`
-    subclass and executes nothing, so the saga can still be approved properly.
+    Returns the newest APPROVED entry that lets it run: `request.approvers_required`
+    different principals, none of them the saga's starter or the input's editor, each
+    approving the request's hash (with a signature that verifies, where required). Each
+    refusal raises an `ApprovalError` subclass and executes nothing, so the saga can
+    still be approved properly.
     """
     saga, tool, rid = request.saga_id, request.tool_name, request.request_id
     check_unused(request, history)
@@ -143,26 +200,49 @@ def check_approved(
         raise ApprovalExpiredError(
             f"saga {saga!r}: request {rid} for tool {tool!r} expired at {request.expires_at}"
         )
-    approvals = _approvals_of(request, history)
-    if not approvals:
-        raise ApprovalMissingError(
-            f"saga {saga!r}: no approval is journaled for request {rid} (tool {tool!r}, "
-            f"call {request.call_id!r}); approve it with Sagacity.approve first"
+    counted = approvals_of(request, history, policy)
+    required = request.approvers_required
+    if len(counted.valid) >= required:
+        assert counted.last_valid is not None
+        return counted.last_valid
+    progress = counted.describe(required)
+    if counted.unsigned:
+        entry, why = counted.unsigned[-1]
+        raise ApprovalSignatureError(
+            f"saga {saga!r}: request {rid} for tool {tool!r} has {progress}; the APPROVED "
+            f"entry at seq {entry.seq} does not count: {why}. Approvals must be signed with a "
+            "trusted key: approve through a Sagacity that has approval_signing_key"
         )
-    approval = approvals[-1]
-    approved_sha = payload_of(approval).get("input_sha256")
-    if not isinstance(approved_sha, str):
-        raise ApprovalMissingError(
-            f"saga {saga!r}: the approval of request {rid} at seq {approval.seq} recorded no "
-            "input hash; an approval that does not say what it approved is refused"
-        )
-    if approved_sha != request.input_sha256:
+    if counted.other_hash:
+        entry = counted.other_hash[-1]
+        approved_sha = str(payload_of(entry).get("input_sha256"))
         raise ApprovalHashMismatchError(
-            f"saga {saga!r}: approval for request {rid} was recorded for sha256 "
-            f"{approved_sha[:12]}…, but the request holds {request.input_sha256[:12]}…; "
+            f"saga {saga!r}: approval for request {rid} at seq {entry.seq} was recorded for "
+            f"sha256 {approved_sha[:12]}…, but the request holds {request.input_sha256[:12]}…; "
             "approve the request's input or reject it"
         )
-    return approval
+    if counted.no_hash and not counted.valid:
+        raise ApprovalMissingError(
+            f"saga {saga!r}: the approval of request {rid} at seq {counted.no_hash[-1].seq} "
+            "recorded no input hash; an approval that does not say what it approved is refused"
+        )
+    if not counted.valid and not counted.barred:
+        raise ApprovalMissingError(
+            f"saga {saga!r}: no approval is journaled for request {rid} (tool {tool!r}, "
+            f"call {request.call_id!r}; {progress}); approve it with Sagacity.approve first"
+        )
+    barred = ""
+    if counted.barred:
+        names = sorted({str(payload_of(e).get("approver")) for e in counted.barred})
+        barred = (
+            f"; the approval by {', '.join(map(repr, names))} does not count: the saga's "
+            "starter and the input's editor cannot approve it (four eyes)"
+        )
+    raise ApprovalMissingError(
+        f"saga {saga!r}: request {rid} for tool {tool!r} (call {request.call_id!r}) has "
+        f"{progress}{barred}; it runs once {required} different principals approved it: "
+        "approve it with Sagacity.approve"
+    )
 
 
 def _journaled_expiry(awaiting: JournalEntry) -> datetime.datetime | str | None:
@@ -174,3 +254,29 @@ def _journaled_expiry(awaiting: JournalEntry) -> datetime.datetime | str | None:
         return datetime.datetime.fromisoformat(str(value))
     except ValueError:
         return "unreadable"  # matches no stored expiry: refused
+
+
+def journaled_request(saga_id: str, awaiting: JournalEntry) -> ApprovalRequest:
+    """The request as its AWAITING_APPROVAL entry records it."""
+    payload = payload_of(awaiting)
+    raw_input = payload.get("input")
+    expires_at = payload.get("expires_at")
+    return ApprovalRequest(
+        request_id=str(payload.get("request_id")),
+        saga_id=saga_id,
+        seq=awaiting.seq,
+        call_id=awaiting.call_id or "",
+        tool_name=awaiting.tool_name or "",
+        input=raw_input if isinstance(raw_input, dict) else {},
+        input_sha256=str(payload.get("input_sha256")),
+        reason=str(payload.get("reason")),
+        requested_at=_time(awaiting.recorded_at) or datetime.datetime.min,
+        expires_at=_time(expires_at),
+    )
+
+
+def _time(value: object) -> datetime.datetime | None:
+    try:
+        return None if value is None else datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return None  # an unreadable time: the checks against the store refuse it

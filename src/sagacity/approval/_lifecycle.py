@@ -13,11 +13,20 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
+from sagacity import _telemetry
 from sagacity._history import SagaHistory, payload_of
-from sagacity.approval._check import check_approved, check_unused, verified_request
+from sagacity.annotations import declaration_of
+from sagacity.approval._check import (
+    check_approved,
+    check_current,
+    check_unused,
+    journaled_request,
+    verified_request,
+)
+from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify, refuse_self_approval
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
 from sagacity.errors import (
     AppendConflictError,
@@ -33,10 +42,18 @@ from sagacity.errors import (
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, sha256_hex
 
-__all__ = ["ApprovalLifecycle", "Clock"]
+__all__ = ["ApprovalHook", "ApprovalLifecycle", "Clock"]
+
 
 Clock = Callable[[], datetime.datetime]
 """Returns the current time, timezone-aware."""
+
+
+class WrappedTool(Protocol):
+    """What `declare` reads of a tool `Sagacity.wrap` made."""
+
+    name: str
+    func: Callable[..., Any]
 
 
 class LeaseHolder(Protocol):
@@ -59,6 +76,9 @@ class ApprovalLifecycle:
         store: Where pending requests are kept between asking and running.
         ttl: How long a request stays usable; None for no expiry.
         clock: The current time, timezone-aware.
+        policy: How approvals are signed, and which signatures count.
+        on_request: Called with each new request once it is journaled and stored; an
+            exception it raises is logged, never raised.
     """
 
     def __init__(
@@ -68,11 +88,24 @@ class ApprovalLifecycle:
         *,
         ttl: datetime.timedelta | None,
         clock: Clock,
+        policy: ApprovalPolicy | None = None,
+        on_request: ApprovalHook | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
         self.ttl = ttl
         self.now = clock
+        self.policy = policy or ApprovalPolicy()
+        self.on_request = on_request
+        self.declared_approvers: dict[str, int] = {}
+        """How many approvers each wrapped tool declared, by name: a copy of a tool that
+        an adapter makes asks for as many as the tool itself."""
+
+    def declare(self, tools: Iterable[WrappedTool]) -> None:
+        """Remember how many approvers each wrapped tool declares (`compensable(approvers=)`)."""
+        for tool in tools:
+            declared = declaration_of(tool.func)
+            self.declared_approvers[tool.name] = declared.approvers if declared else 1
 
     # -- ask ----------------------------------------------------------------------------
 
@@ -84,12 +117,22 @@ class ApprovalLifecycle:
         call_id: str,
         input: dict[str, JsonValue],
         reason: str,
+        started_by: str | None = None,
+        approvers: int = 1,
         replaces: ApprovalRequest | None = None,
+        edited_by: str | None = None,
+        request_id: str | None = None,
+        expected_seq: int | None = None,
     ) -> ApprovalRequest:
-        """Journal AWAITING_APPROVAL and store the request; `replaces` an expired one."""
+        """Journal AWAITING_APPROVAL and store the request; `replaces` an expired or edited one.
+
+        The payload records who started the saga and how many approvers the call needs:
+        the check reads both from here, never from the store. `on_request` is told last.
+        """
         now = self.now()
         expires_at = None if self.ttl is None else now + self.ttl
-        request_id = uuid.uuid4().hex
+        request_id = request_id or uuid.uuid4().hex
+        approvers = max(approvers, self.declared_approvers.get(tool_name, 1))
         digest = sha256_hex(input)
         payload: dict[str, JsonValue] = {
             "request_id": request_id,
@@ -98,14 +141,23 @@ class ApprovalLifecycle:
             "reason": reason,
             "expires_at": None if expires_at is None else expires_at.isoformat(),
         }
+        # The defaults are left out, so an entry reads as it did before the policy existed:
+        # absent, `started_by` is nobody named and `approvers_required` is 1.
+        if started_by is not None:
+            payload["started_by"] = started_by
+        if approvers != 1:
+            payload["approvers_required"] = approvers
         if replaces is not None:
             payload["replaces"] = replaces.request_id
+        if edited_by is not None:
+            payload["edited_by"] = edited_by
         entry = history.append(
             self.journal,
             Phase.AWAITING_APPROVAL,
             tool_name=tool_name,
             call_id=call_id,
             payload=payload,
+            expected_seq=expected_seq,
         )
         request = ApprovalRequest(
             request_id=request_id,
@@ -118,10 +170,20 @@ class ApprovalLifecycle:
             reason=reason,
             requested_at=now,
             expires_at=expires_at,
+            started_by=started_by,
+            approvers_required=approvers,
+            edited_by=edited_by,
         )
         self.store.save(request)
+        _telemetry.approval_event(
+            request.saga_id,
+            "approval.request",
+            request_id=request.request_id,
+            tool=request.tool_name,
+        )
         if replaces is not None:
             self.store.delete(replaces.request_id)
+        notify(self.on_request, request)
         return request
 
     # -- check (on the hot path, under the saga scope's lock) ---------------------------
@@ -154,12 +216,12 @@ class ApprovalLifecycle:
         if stored is None:
             # Consumed since the journal was read, by a worker whose INTENT is there now.
             history.reload(self.journal)
-            check_unused(_journaled_request(history.saga_id, awaiting), history)
+            check_unused(journaled_request(history.saga_id, awaiting), history)
             raise ApprovalNotFoundError(
                 f"saga {history.saga_id!r}: approval request {request_id} for call "
                 f"{call_id!r} is no longer stored; the call is not run"
             )
-        return verified_request(stored, history)
+        return self.verified(stored, history)
 
     def check(self, history: SagaHistory, request: ApprovalRequest, *, input_sha256: str) -> None:
         """Refuse unless the verified `request` may run now with this input.
@@ -168,7 +230,9 @@ class ApprovalLifecycle:
         raised; an expired request is asked again, so the saga can still be approved.
         """
         try:
-            check_approved(request, history, input_sha256=input_sha256, now=self.now())
+            check_approved(
+                request, history, input_sha256=input_sha256, now=self.now(), policy=self.policy
+            )
         except ApprovalHashMismatchError as refusal:
             awaiting = history.entry(request.seq)
             assert awaiting is not None  # the request was verified against it
@@ -183,7 +247,10 @@ class ApprovalLifecycle:
                 call_id=request.call_id,
                 input=request.input,
                 reason=request.reason,
+                started_by=request.started_by,
+                approvers=request.approvers_required,
                 replaces=request,
+                edited_by=request.edited_by,
             )
             raise ApprovalExpiredError(
                 f"{expired}; request {renewed.request_id} now asks for the same call: approve "
@@ -217,6 +284,7 @@ class ApprovalLifecycle:
                 "error": str(refusal),
             },
         )
+        _telemetry.approval_refused(history.saga_id, tool_name, reason, refusal)
 
     # -- decide -------------------------------------------------------------------------
 
@@ -228,18 +296,40 @@ class ApprovalLifecycle:
         request_id: str | None,
         expected_sha256: str | None,
     ) -> JournalEntry:
-        """Journal APPROVED for a pending request, after every check (see `Sagacity.approve`)."""
+        """Journal APPROVED for a pending request, after every check (see `Sagacity.approve`).
+
+        Refused, with nothing journaled, for the saga's starter or the input's editor
+        (`SelfApprovalError`), for an approver whose approval counts already, and once the
+        request has all the approvals it needs (`ApprovalAlreadyGivenError`).
+        """
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
             request = self._pending(history, request_id)
-            _refuse_ended(history)
+            refuse_ended(history)
             check_unused(request, history)
-            if request.approvals:
-                first = request.approvals[0]
+            check_current(request, history)
+            refuse_self_approval(request, approver)
+            counted = request.approvals
+            mine = next((a for a in counted if a.approver == approver), None)
+            if mine is not None:
+                raise ApprovalAlreadyGivenError(
+                    f"saga {saga_id!r}: request {request.request_id} for tool "
+                    f"{request.tool_name!r} was approved by {approver!r} at {mine.approved_at} "
+                    f"(seq {mine.seq}); an approver approves a request once"
+                )
+            if len(counted) >= request.approvers_required:
+                first = counted[0]
                 raise ApprovalAlreadyGivenError(
                     f"saga {saga_id!r}: request {request.request_id} for tool "
                     f"{request.tool_name!r} was approved by {first.approver!r} at "
-                    f"{first.approved_at} (seq {first.seq}); a request is approved once"
+                    f"{first.approved_at} (seq {first.seq})"
+                    + (
+                        f" and {len(counted) - 1} more, {len(counted)} of "
+                        f"{request.approvers_required} needed"
+                        if len(counted) > 1
+                        else ""
+                    )
+                    + "; a request is approved once"
                 )
             if request.expired(self.now()):
                 raise ApprovalExpiredError(
@@ -252,22 +342,28 @@ class ApprovalLifecycle:
                     f"but request {request.request_id} is for {request.input_sha256[:12]}…; "
                     "show the approver the current input"
                 )
+            payload: dict[str, JsonValue] = {
+                "request_id": request.request_id,
+                "approver": approver,
+                "input_sha256": request.input_sha256,
+                **self.policy.signature(saga_id, request, approver),
+            }
             try:
-                return history.append(
+                entry = history.append(
                     self.journal,
                     Phase.APPROVED,
                     tool_name=request.tool_name,
                     call_id=request.call_id,
                     ref_seq=request.seq,
-                    payload={
-                        "request_id": request.request_id,
-                        "approver": approver,
-                        "input_sha256": request.input_sha256,
-                    },
+                    payload=payload,
                     expected_seq=history.last_seq,
                 )
             except AppendConflictError:
                 continue  # another writer appended: decide again on what it wrote
+            _telemetry.approval_event(
+                saga_id, "approval.approve", request_id=request.request_id, tool=request.tool_name
+            )
+            return entry
         raise _lost_races(saga_id, "approval")
 
     def reject(
@@ -292,20 +388,23 @@ class ApprovalLifecycle:
             if keeper is not None:
                 keeper.hold(history)
             stored = self._stored(saga_id, request_id)
-            _refuse_ended(history)
+            refuse_ended(history)
             awaiting = history.awaiting.get(stored.request_id)
             if awaiting is None:
                 raise ApprovalNotFoundError(
                     f"saga {saga_id!r}: request {stored.request_id} has no AWAITING_APPROVAL "
                     "entry in the journal; there is nothing to reject"
                 )
-            request = _journaled_request(saga_id, awaiting)
+            request = journaled_request(saga_id, awaiting)
             check_unused(request, history)
             try:
                 self._append_rejection(history, request, approver=approver, reason=reason)
             except AppendConflictError:
                 continue
             self.store.delete(stored.request_id)
+            _telemetry.approval_event(
+                saga_id, "approval.reject", request_id=request.request_id, tool=request.tool_name
+            )
             return history
         raise _lost_races(saga_id, "rejection")
 
@@ -369,7 +468,9 @@ class ApprovalLifecycle:
             found = histories.get(stored.saga_id)
             if found is None:
                 found = histories[stored.saga_id] = self.history(stored.saga_id)
-            shown.append(_shown(stored, found))
+            if _answered(stored, found):
+                continue  # the journal says it was used or rejected; the store lagged behind
+            shown.append(self._shown(stored, found))
         return shown
 
     def pending_request(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
@@ -380,6 +481,31 @@ class ApprovalLifecycle:
                 journal says why when a request was used or rejected.
         """
         return self._pending(self.history(saga_id), request_id)
+
+    def pending_in(self, history: SagaHistory, request_id: str | None) -> ApprovalRequest:
+        """The verified pending request named, or the saga's only one, read from `history`."""
+        return self._pending(history, request_id)
+
+    def verified(self, stored: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
+        """The stored request as the journal records it (see `verified_request`).
+
+        It needs at least as many approvers as this process's wrap of its tool declares:
+        an AWAITING_APPROVAL appended by someone with database access cannot ask for
+        fewer than the code does.
+        """
+        verified = verified_request(stored, history, self.policy)
+        declared = self.declared_approvers.get(verified.tool_name, 1)
+        if declared > verified.approvers_required:
+            verified = dataclasses.replace(verified, approvers_required=declared)
+        return verified
+
+    def _shown(self, stored: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
+        try:
+            return self.verified(stored, history)
+        except ApprovalError as problem:
+            awaiting = history.awaiting.get(stored.request_id)
+            shown = stored if awaiting is None else journaled_request(history.saga_id, awaiting)
+            return dataclasses.replace(shown, problem=str(problem))
 
     def history(self, saga_id: str) -> SagaHistory:
         """Read the saga's journal."""
@@ -397,7 +523,7 @@ class ApprovalLifecycle:
             history.reload(self.journal)  # consumed since it was read: the journal says why
             explain_unusable(history, request_id)
             raise
-        return verified_request(stored, history)
+        return self.verified(stored, history)
 
     def _stored(self, saga_id: str, request_id: str | None) -> ApprovalRequest:
         if request_id is not None:
@@ -418,7 +544,7 @@ class ApprovalLifecycle:
         )
 
 
-def _refuse_ended(history: SagaHistory) -> None:
+def refuse_ended(history: SagaHistory) -> None:
     """A saga that ended has no requests left to decide (a stale stored one included)."""
     if history.ended is not None:
         raise SagaStateError(
@@ -443,44 +569,9 @@ def explain_unusable(history: SagaHistory, request_id: str | None) -> None:
     for awaiting in sorted(history.awaiting.values(), key=lambda e: e.seq, reverse=True):
         if request_id not in (None, payload_of(awaiting).get("request_id")):
             continue
-        check_unused(_journaled_request(history.saga_id, awaiting), history)
+        check_unused(journaled_request(history.saga_id, awaiting), history)
         if request_id is None:
             return  # only the newest request says why the saga cannot resume
-
-
-def _shown(stored: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
-    try:
-        return verified_request(stored, history)
-    except ApprovalError as problem:
-        awaiting = history.awaiting.get(stored.request_id)
-        shown = stored if awaiting is None else _journaled_request(history.saga_id, awaiting)
-        return dataclasses.replace(shown, problem=str(problem))
-
-
-def _journaled_request(saga_id: str, awaiting: JournalEntry) -> ApprovalRequest:
-    """The request as its AWAITING_APPROVAL entry records it."""
-    payload = payload_of(awaiting)
-    raw_input = payload.get("input")
-    expires_at = payload.get("expires_at")
-    return ApprovalRequest(
-        request_id=str(payload.get("request_id")),
-        saga_id=saga_id,
-        seq=awaiting.seq,
-        call_id=awaiting.call_id or "",
-        tool_name=awaiting.tool_name or "",
-        input=raw_input if isinstance(raw_input, dict) else {},
-        input_sha256=str(payload.get("input_sha256")),
-        reason=str(payload.get("reason")),
-        requested_at=_time(awaiting.recorded_at) or datetime.datetime.min,
-        expires_at=_time(expires_at),
-    )
-
-
-def _time(value: object) -> datetime.datetime | None:
-    try:
-        return None if value is None else datetime.datetime.fromisoformat(str(value))
-    except ValueError:
-        return None  # an unreadable time: the checks against the store refuse it
 
 
 def _lost_races(saga_id: str, what: str) -> JournalError:
@@ -488,3 +579,13 @@ def _lost_races(saga_id: str, what: str) -> JournalError:
         f"saga {saga_id!r}: the {what} lost {_DECISION_RETRIES} races with other writers of "
         "the saga and was not recorded; decide again"
     )
+
+
+def _answered(stored: ApprovalRequest, history: SagaHistory) -> bool:
+    """Whether the journal answered the stored request: its call ran after it, or it was rejected.
+
+    A worker killed between the call's outcome and the store's delete leaves such a copy
+    behind; it must not keep the saga waiting for a decision already made.
+    """
+    awaiting = history.awaiting.get(stored.request_id)
+    return awaiting is not None and awaiting not in history.open_requests()

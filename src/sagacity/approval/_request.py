@@ -21,6 +21,8 @@ class Approval:
     """When: the APPROVED entry's `recorded_at`."""
     seq: int
     """The seq of the APPROVED entry."""
+    key_id: str | None = None
+    """The id of the key that signed it; None for an unsigned approval."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,20 +49,37 @@ class ApprovalRequest:
     """When the request was made (UTC)."""
     expires_at: datetime.datetime | None
     """When it stops being usable (UTC); None for never."""
+    # The policy is read from the journal (a store may not keep it): two copies of one
+    # request compare equal whether or not they were read against the journal.
+    started_by: str | None = dataclasses.field(default=None, compare=False)
+    """The principal who started the saga, as its journal records it; None when the saga
+    was started without one. They cannot approve this request (four eyes)."""
+    approvers_required: int = dataclasses.field(default=1, compare=False)
+    """How many different principals must approve before the call runs, as journaled."""
+    edited_by: str | None = dataclasses.field(default=None, compare=False)
+    """Who edited the input this request asks for (`Sagacity.edit`); None when the call
+    asked it itself. Like the starter, the editor cannot approve it."""
     # A view of the journal, not part of the request: two copies of one request compare
     # equal whatever each was shown with.
     approvals: tuple[Approval, ...] = dataclasses.field(default=(), compare=False)
-    """The approvals journaled so far; filled in by `Sagacity.pending`, empty from a store."""
+    """The approvals that count so far, one per principal, oldest first (an approval by
+    the starter or the editor, for another hash, or with a signature that does not
+    verify where signatures are required, does not count); filled in by
+    `Sagacity.pending`, empty from a store."""
     problem: str | None = dataclasses.field(default=None, compare=False)
     """Why the request cannot be approved (the stored copy disagrees with the journal);
     None when it can. Filled in by `Sagacity.pending`."""
 
     @property
     def state(self) -> str:
-        """`"waiting"`, `"approved"` or `"tampered"`, as `Sagacity.pending` read it."""
+        """`"waiting"`, `"approved"` or `"tampered"`, as `Sagacity.pending` read it.
+
+        `"waiting"` until `approvers_required` different principals approved (see
+        `approvals` for the progress), then `"approved"`.
+        """
         if self.problem is not None:
             return "tampered"
-        return "approved" if self.approvals else "waiting"
+        return "approved" if len(self.approvals) >= self.approvers_required else "waiting"
 
     def to_json(self) -> dict[str, JsonValue]:
         """Return the request as a JSON object, for a framework's pause or an approval UI."""
@@ -75,9 +94,17 @@ class ApprovalRequest:
             "reason": self.reason,
             "requested_at": self.requested_at.isoformat(),
             "expires_at": None if self.expires_at is None else self.expires_at.isoformat(),
+            "started_by": self.started_by,
+            "approvers_required": self.approvers_required,
+            "edited_by": self.edited_by,
             "state": self.state,
             "approvals": [
-                {"approver": a.approver, "approved_at": a.approved_at, "seq": a.seq}
+                {
+                    "approver": a.approver,
+                    "approved_at": a.approved_at,
+                    "seq": a.seq,
+                    "key_id": a.key_id,
+                }
                 for a in self.approvals
             ],
             "problem": self.problem,

@@ -25,9 +25,12 @@ _COLUMNS = (
 class SqliteApprovalStore:
     """Pending approval requests in a SQLite file; survives restarts of every process."""
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_ms: int = 30_000, create: bool = True
+    ) -> None:
         self.path = str(path)
-        self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
+        # create=False: open an existing sagacity file only, creating and changing nothing.
+        self._conn = connect(path, busy_timeout_ms=busy_timeout_ms, create=create)
         self._lock = threading.Lock()
 
     def save(self, request: ApprovalRequest) -> None:

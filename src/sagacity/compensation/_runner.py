@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity import _telemetry
 from sagacity._classify import error_json
 from sagacity._history import OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
 from sagacity._ids import require_name
@@ -120,15 +121,17 @@ class CompensationRunner:
         return self._report(history, plan)
 
     async def arun(self, history: SagaHistory) -> CompensationReport:
-        """Run the walk, awaiting async compensations."""
+        """Run the walk, awaiting async compensations and the journal's commits."""
         plan = self._plan(history)
         for step in plan.to_run:
             if step.compensation is None:
-                self._record(history, step.executed, {"error": _not_registered(step.executed)})
+                failure: dict[str, JsonValue] = {"error": _not_registered(step.executed)}
+                await self._arecord(history, step.executed, failure)
                 continue
             context = _context(history.saga_id, step.executed, step.intent)
-            self._begin(history, step)
-            self._record(history, step.executed, await _run_async(step.compensation, context))
+            await self._abegin(history, step)
+            outcome = await _run_async(step.compensation, context)
+            await self._arecord(history, step.executed, outcome)
         return self._report(history, plan)
 
     def resolve(
@@ -181,6 +184,24 @@ class CompensationRunner:
             ref_seq=step.executed.seq,
             payload={"attempt": step.attempt},
         )
+        self._begun(history, step)
+
+    async def _abegin(self, history: SagaHistory, step: _Step) -> None:
+        """`_begin` from async code: the loop awaits the commit."""
+        await history.aappend(
+            self._journal,
+            Phase.COMPENSATING,
+            tool_name=step.executed.tool_name,
+            call_id=step.executed.call_id,
+            ref_seq=step.executed.seq,
+            payload={"attempt": step.attempt},
+        )
+        self._begun(history, step)
+
+    def _begun(self, history: SagaHistory, step: _Step) -> None:
+        tracing = _telemetry.current
+        if tracing is not None:
+            tracing.compensation_started(history.saga_id, step.executed)
 
     def _record(
         self, history: SagaHistory, executed: JournalEntry, failure: dict[str, JsonValue] | None
@@ -193,6 +214,37 @@ class CompensationRunner:
             ref_seq=executed.seq,
             payload=failure,
         )
+        self._recorded(history, executed, failure)
+
+    async def _arecord(
+        self, history: SagaHistory, executed: JournalEntry, failure: dict[str, JsonValue] | None
+    ) -> None:
+        """`_record` from async code: the loop awaits the commit."""
+        await history.aappend(
+            self._journal,
+            Phase.COMPENSATED if failure is None else Phase.COMPENSATION_FAILED,
+            tool_name=executed.tool_name,
+            call_id=executed.call_id,
+            ref_seq=executed.seq,
+            payload=failure,
+        )
+        self._recorded(history, executed, failure)
+
+    def _recorded(
+        self, history: SagaHistory, executed: JournalEntry, failure: dict[str, JsonValue] | None
+    ) -> None:
+        if failure is not None:
+            _telemetry.logger.warning(
+                "saga %r: the compensation of call %r (tool %r, seq %d) failed: %s",
+                history.saga_id,
+                executed.call_id,
+                executed.tool_name,
+                executed.seq,
+                failure.get("error"),
+            )
+        tracing = _telemetry.current
+        if tracing is not None:
+            tracing.compensation_ended(history.saga_id, executed, failure is not None)
 
     def _plan(self, history: SagaHistory) -> _Plan:
         to_run: list[_Step] = []

@@ -105,6 +105,30 @@ class InMemoryJournal:
             chain.append(entry)
             return entry
 
+    async def aappend(
+        self,
+        saga_id: str,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+        expected_seq: int | None = None,
+        fence: SagaLease | None = None,
+    ) -> JournalEntry:
+        """`append` for async code: it never waits on I/O, so it runs on the loop's thread."""
+        return self.append(
+            saga_id,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+            expected_seq=expected_seq,
+            fence=fence,
+        )
+
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:

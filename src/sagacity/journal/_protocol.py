@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Protocol, runtime_checkable
 
@@ -9,7 +10,7 @@ from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._lease import SagaLease
 
-__all__ = ["SideEffectJournal"]
+__all__ = ["SideEffectJournal", "append_async"]
 
 
 @runtime_checkable
@@ -95,3 +96,48 @@ class SideEffectJournal(Protocol):
     def close(self) -> None:
         """Release connections; the journal is unusable afterwards."""
         ...
+
+
+async def append_async(
+    journal: SideEffectJournal,
+    saga_id: str,
+    phase: Phase,
+    *,
+    tool_name: str | None = None,
+    call_id: str | None = None,
+    ref_seq: int | None = None,
+    payload: JsonValue = None,
+    expected_seq: int | None = None,
+    fence: SagaLease | None = None,
+) -> JournalEntry:
+    """`journal.append` awaited from async code, without blocking the event loop.
+
+    A backend may define `aappend` with `append`'s signature (the three built-in ones
+    do: a writer thread with group commit for SQLite and PostgreSQL, the loop's own
+    thread for memory); for any other journal, `append` runs on a worker thread. The
+    guarantees are `append`'s: the entry is committed when this returns.
+    """
+    own = getattr(journal, "aappend", None)
+    if own is not None:
+        entry: JournalEntry = await own(
+            saga_id,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+            expected_seq=expected_seq,
+            fence=fence,
+        )
+        return entry
+    return await asyncio.to_thread(
+        journal.append,
+        saga_id,
+        phase,
+        tool_name=tool_name,
+        call_id=call_id,
+        ref_seq=ref_seq,
+        payload=payload,
+        expected_seq=expected_seq,
+        fence=fence,
+    )

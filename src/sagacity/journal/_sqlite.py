@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 import sqlite3
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sagacity._sqlite import connect
-from sagacity.errors import AppendConflictError, JournalError
+from sagacity._sqlite import TRIGGERS, connect
+from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
+from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats, committed
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lease_time, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 
@@ -61,15 +63,31 @@ class SqliteJournal:
 
     A journal goes on from the head it knows: if rows it wrote were deleted behind its
     back, its next entry leaves the gap that shows it, rather than closing it.
+
+    Appends that overlap (threads, or async sagas through `aappend`) are group
+    committed: those that arrive while a commit is in flight are written together in
+    one `BEGIN IMMEDIATE` transaction, one fsync for all (see `GroupCommit`). Async
+    callers are served by a writer thread the event loop awaits.
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self, path: str | Path, *, busy_timeout_ms: int = 30_000, create: bool = True
+    ) -> None:
         self.path = str(path)
-        self._conn = connect(path, busy_timeout_ms=busy_timeout_ms)
+        # create=False: open an existing sagacity file only, creating and changing nothing.
+        self._conn = connect(path, busy_timeout_ms=busy_timeout_ms, create=create)
         self._cursor = self._conn.cursor()
         self._lock = threading.Lock()
         self._heads: dict[str, tuple[int, str]] = {}
         """The (seq, hash) this journal last appended, per saga; the primary key checks it."""
+        self._group = GroupCommit(
+            self._append_one, self._append_many, name=f"sagacity-sqlite {self.path}"
+        )
+
+    @property
+    def group_stats(self) -> GroupStats:
+        """How appends were committed: alone or in batches (see `GroupCommit`)."""
+        return self._group.stats
 
     def append(
         self,
@@ -91,6 +109,46 @@ class SqliteJournal:
             LeaseLostError: `fence` no longer holds the saga; nothing was written.
             JournalError: The database refused the write.
         """
+        return self._group.append(
+            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        )
+
+    async def aappend(
+        self,
+        saga_id: str,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+        expected_seq: int | None = None,
+        fence: SagaLease | None = None,
+    ) -> JournalEntry:
+        """`append` for async code: the loop awaits the journal's writer thread.
+
+        Same guarantees and errors as `append`; see `committed` for cancellation.
+        """
+        return await committed(
+            self._group.submit(
+                AppendRequest(
+                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
+                )
+            )
+        )
+
+    def _append_one(self, request: AppendRequest) -> JournalEntry:
+        """Append one entry in its own commit: the path of an append that comes alone."""
+        saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence = (
+            request.saga_id,
+            request.phase,
+            request.tool_name,
+            request.call_id,
+            request.ref_seq,
+            request.payload,
+            request.expected_seq,
+            request.fence,
+        )
         with self._lock:
             try:
                 head = self._heads.get(saga_id)
@@ -183,6 +241,75 @@ class SqliteJournal:
             raise
         return entry
 
+    def _append_many(self, requests: Sequence[AppendRequest]) -> list[JournalEntry | BaseException]:
+        """Append several entries in one `BEGIN IMMEDIATE` transaction: one commit for all.
+
+        The write lock is held from the first head read to the commit, so each head read
+        is the saga's real one. A conditional append that does not match, a fenced one
+        whose lease is gone, or a payload that cannot be hashed is refused alone; the
+        others are written.
+
+        Raises:
+            JournalError: The transaction failed: none of the entries was written.
+        """
+        results: list[JournalEntry | BaseException] = []
+        heads: dict[str, tuple[int, str]] = {}
+        cursor = self._cursor
+        with self._lock:
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                for request in requests:
+                    try:
+                        results.append(self._append_in_batch(request, heads))
+                    except (AppendConflictError, LeaseLostError, SerializationError) as refusal:
+                        results.append(refusal)
+                cursor.execute("COMMIT")
+            except BaseException as error:
+                if self._conn.in_transaction:
+                    cursor.execute("ROLLBACK")
+                for request in requests:
+                    self._heads.pop(request.saga_id, None)
+                if not isinstance(error, sqlite3.Error):
+                    raise
+                sagas = sorted({r.saga_id for r in requests})
+                raise JournalError(
+                    f"sagas {', '.join(map(repr, sagas))}: cannot append {len(requests)} "
+                    f"entries committed together to {self.path!r}: {error}; none was written"
+                ) from error
+            for saga_id, (seq, hash) in heads.items():
+                self._remember(saga_id, seq, hash)
+        return results
+
+    def _append_in_batch(
+        self, request: AppendRequest, heads: dict[str, tuple[int, str]]
+    ) -> JournalEntry:
+        """One append of a batch, under the write lock; `heads` holds the batch's own."""
+        cursor = self._cursor
+        saga_id, fence = request.saga_id, request.fence
+        if fence is not None:
+            held = cursor.execute(_TOKEN, (saga_id,)).fetchone()
+            if held is None or held[0] != fence.token:
+                raise lost(fence)
+        head = heads.get(saga_id)
+        if head is None:
+            found = cursor.execute(_HEAD, (saga_id,)).fetchone()
+            head = heads[saga_id] = (found[0], found[1]) if found else (0, GENESIS_HASH)
+        if request.expected_seq is not None and head[0] != request.expected_seq:
+            raise AppendConflictError(saga_id, request.expected_seq, head[0])
+        entry, payload_bytes = seal(
+            saga_id,
+            head[0] + 1,
+            request.phase,
+            tool_name=request.tool_name,
+            call_id=request.call_id,
+            ref_seq=request.ref_seq,
+            payload=request.payload,
+            prev_hash=head[1],
+        )
+        cursor.execute(_INSERT, row_of(entry, payload_bytes))
+        heads[saga_id] = (entry.seq, entry.hash)
+        return entry
+
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
@@ -272,8 +399,26 @@ class SqliteJournal:
             (saga_id, seq, limit),
         )
 
+    def missing_triggers(self) -> list[str]:
+        """The append-only triggers the journal table lacks: someone made it writable.
+
+        Read only: they are never re-created here, which would erase the evidence.
+        """
+        with self._lock:
+            try:
+                rows = self._conn.execute(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                    "AND tbl_name = 'sagacity_journal'"
+                ).fetchall()
+            except sqlite3.Error as error:
+                raise JournalError(f"cannot read the triggers in {self.path!r}: {error}") from error
+        # A trigger of the right name whose body no longer refuses counts as missing.
+        present = {row[0] for row in rows if "RAISE(ABORT" in str(row[1]).upper()}
+        return [name for name in TRIGGERS if name not in present]
+
     def close(self) -> None:
-        """Close the connection."""
+        """Commit the appends queued, then close the connection."""
+        self._group.close()
         with self._lock:
             self._conn.close()
 

@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 
-def open_postgres_stores(url: str) -> tuple[PostgresJournal, PostgresApprovalStore]:
+def open_postgres_stores(
+    url: str, *, create: bool = True
+) -> tuple[PostgresJournal, PostgresApprovalStore]:
     """Open the journal and approval store of a `postgresql://` URL on one connection pool.
 
     The pool is closed when both stores are closed. The URL's sagacity options
@@ -39,8 +41,9 @@ def open_postgres_stores(url: str) -> tuple[PostgresJournal, PostgresApprovalSto
         JournalError: The server cannot be reached or the schema cannot be created.
         SchemaVersionError: The database holds a newer schema than this sagacity knows.
         ConfigurationError: The URL's sagacity options are malformed.
+        DatabaseNotFoundError: `create=False` and there is no sagacity schema there.
     """
-    database = PostgresDatabase(url)
+    database = PostgresDatabase(url, create=create)
     try:
         return PostgresJournal(database), PostgresApprovalStore(database)
     finally:

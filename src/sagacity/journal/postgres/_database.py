@@ -15,7 +15,7 @@ import psycopg
 import psycopg_pool
 
 from sagacity.errors import ConfigurationError, JournalError
-from sagacity.journal.postgres._schema import SCHEMA_VERSION, ensure_schema
+from sagacity.journal.postgres._schema import SCHEMA_VERSION, check_schema, ensure_schema
 
 __all__ = ["SCHEMA_VERSION", "Lease", "PostgresDatabase", "Settings", "is_transient", "parse_url"]
 
@@ -134,8 +134,10 @@ class PostgresDatabase:
         SchemaVersionError: The schema is newer than this sagacity.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, create: bool = True) -> None:
         self.settings = parse_url(url)
+        # create=False: an existing sagacity schema only; nothing is created or migrated.
+        prepare_schema = ensure_schema if create else check_schema
         self.tables = _Tables(self.settings.schema)
         self._references = 1
         self._guard = threading.Lock()
@@ -167,7 +169,7 @@ class PostgresDatabase:
             self.pool.open(wait=self.settings.pool_min_size > 0, timeout=self.settings.timeout)
             self.run(
                 lambda: f"cannot open the sagacity schema in {self.settings.where}",
-                lambda conn: ensure_schema(conn, self.settings.schema, self.settings.where),
+                lambda conn: prepare_schema(conn, self.settings.schema, self.settings.where),
             )
         except psycopg_pool.PoolTimeout:
             self.pool.close()

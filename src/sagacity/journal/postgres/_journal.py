@@ -50,8 +50,10 @@ from sagacity.journal._entry import (
     seal,
     utc_timestamp,
 )
+from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats, committed
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
 from sagacity.journal._rows import entries_from_rows, row_of
+from sagacity.journal.postgres._batch import append_batch
 from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
 
@@ -200,6 +202,20 @@ class _Append:
         )
 
 
+def new_append(request: AppendRequest) -> _Append:
+    """The append in progress for a request."""
+    return _Append(
+        request.saga_id,
+        request.phase,
+        request.tool_name,
+        request.call_id,
+        request.ref_seq,
+        request.payload,
+        request.expected_seq,
+        request.fence,
+    )
+
+
 class PostgresJournal:
     """A journal in PostgreSQL, shared by any number of threads, processes and machines.
 
@@ -235,6 +251,16 @@ class PostgresJournal:
             "FOR SHARE)"
         ).encode()
         self._sql_token = f"SELECT token FROM {leases} WHERE saga_id = %s"
+        # For a batch (see _batch.py): a taken seq writes nothing instead of aborting the
+        # transaction, and the lease is share-locked once per saga until the commit.
+        self._sql_insert_batch = (
+            f"INSERT INTO {table} ({_COLUMNS}) VALUES "
+            "(%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s) "
+            "ON CONFLICT ON CONSTRAINT sagacity_journal_pkey DO NOTHING"
+        ).encode()
+        self._sql_fence_share = (
+            f"SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint FOR SHARE"
+        ).encode()
         self._sql_acquire = (
             f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
             "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
@@ -270,6 +296,21 @@ class PostgresJournal:
         self._guard = threading.Lock()
         self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
         self._fast = self._locked = self._conflicts = self._reconnects = 0
+        # As many commits in flight as the pool allows, one connection left for reads and
+        # leases: the server merges their WAL flushes; appends that find them all busy
+        # queue and go together in the next batch.
+        self._group = GroupCommit(
+            self._append_request,
+            lambda requests: append_batch(self, requests),
+            name=f"sagacity-postgres {self._db.settings.where}",
+            leaders=max(1, self._db.settings.pool_max_size - 1),
+            writers=2,  # async appends: one batch's statements overlap the other's commit
+        )
+
+    @property
+    def group_stats(self) -> GroupStats:
+        """How appends were committed: alone or in batches (see `GroupCommit`)."""
+        return self._group.stats
 
     @property
     def database(self) -> PostgresDatabase:
@@ -311,14 +352,42 @@ class PostgresJournal:
             JournalError: The entry could not be committed (the message says whether it
                 was surely not written, or may have been); it is never silently dropped.
         """
+        return self._group.append(
+            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        )
+
+    async def aappend(
+        self,
+        saga_id: str,
+        phase: Phase,
+        *,
+        tool_name: str | None = None,
+        call_id: str | None = None,
+        ref_seq: int | None = None,
+        payload: JsonValue = None,
+        expected_seq: int | None = None,
+        fence: SagaLease | None = None,
+    ) -> JournalEntry:
+        """`append` for async code: the loop awaits the journal's writer threads.
+
+        Same guarantees and errors as `append`; see `committed` for cancellation.
+        """
+        return await committed(
+            self._group.submit(
+                AppendRequest(
+                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
+                )
+            )
+        )
+
+    def _append_request(self, request: AppendRequest) -> JournalEntry:
+        """Append one entry on its own: the fast path, else the locked path."""
         if self._closed:
             raise JournalError(
-                f"saga {saga_id!r}: cannot append {phase.value}: the journal is closed; "
-                "open a new one"
+                f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
+                "is closed; open a new one"
             )
-        return self._append(
-            _Append(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
-        )
+        return self._append(new_append(request))
 
     def _append(self, append: _Append) -> JournalEntry:
         db = self._db
@@ -671,9 +740,28 @@ class PostgresJournal:
         )
         return entries_from_rows(rows)
 
+    def missing_triggers(self) -> list[str]:
+        """The append-only triggers the journal table lacks or has disabled.
+
+        Evidence that someone made it writable; read only, never re-created here.
+        """
+        expected = ("sagacity_journal_no_update_delete", "sagacity_journal_no_truncate")
+        rows = self._db.run(
+            lambda: f"cannot read the triggers in {self._db.settings.where}",
+            lambda conn: conn.execute(
+                b"SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass "
+                b"AND tgenabled <> 'D' AND NOT tgisinternal",
+                (self._db.tables.journal,),
+                prepare=False,
+            ).fetchall(),
+        )
+        present = {str(row[0]) for row in rows}
+        return [name for name in expected if name not in present]
+
     def close(self) -> None:
         """Release this journal's hold on the connection pool; closing twice is harmless."""
         if not self._closed:
+            self._group.close()  # what is queued is committed first
             self._closed = True
             self._db.release()
 

@@ -225,6 +225,33 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
             )
 
 
+def check_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) -> None:
+    """Refuse a database without a sagacity schema this code reads; create nothing.
+
+    Raises:
+        DatabaseNotFoundError: There is no sagacity schema there.
+        SchemaVersionError: The schema is newer than `SCHEMA_VERSION`, or not sagacity's.
+    """
+    from sagacity.errors import DatabaseNotFoundError
+
+    prefix = "" if schema is None else '"' + schema.replace('"', '""') + '".'
+    meta = prefix + "sagacity_meta"
+    journal = prefix + "sagacity_journal"
+    if schema is not None and _scalar(conn, "SELECT to_regnamespace(%s)", (schema,)) is None:
+        raise DatabaseNotFoundError(f"{where}: no schema {schema!r} (nothing was created)")
+    if (
+        _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None
+        or _scalar(conn, "SELECT to_regclass(%s)", (journal,)) is None
+    ):
+        raise DatabaseNotFoundError(f"{where} holds no sagacity journal (nothing was created)")
+    found = _scalar(conn, f"SELECT value FROM {meta} WHERE key = 'schema_version'")
+    if found is None or int(str(found)) > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has sagacity schema version {found}, but this sagacity knows only "
+            f"up to {SCHEMA_VERSION}; upgrade sagacity to open it"
+        )
+
+
 def _run(conn: psycopg.Connection[Any], statements: list[str], prefix: str) -> None:
     for statement in statements:
         sql = statement.format(s=prefix, lock_class=LOCK_CLASS)

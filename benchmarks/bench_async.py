@@ -1,0 +1,385 @@
+"""Async agents at full speed: concurrent async sagas against the concurrent floor.
+
+Run with `.venv/bin/python -m benchmarks bench_async` (`make bench` runs it too). Set
+`SAGACITY_BENCH_QUICK=1` for a run of small sizes that only proves the benchmark works,
+and `SAGACITY_BENCH_SIZES=1,64` to choose the numbers of concurrent sagas.
+
+For N = 1, 16 and 64, side by side in one run, on the same database:
+
+- **journaled**: N async sagas on one event loop (`Sagacity.asaga`), each making 40
+  calls of an async tool (INTENT and EXECUTED committed per call, plus the saga's lease
+  and ENDED);
+- **floor**: N concurrent tasks doing what a call costs at the least: two autocommit
+  `INSERT`s of journal-sized rows per call, PostgreSQL on N async psycopg connections,
+  SQLite on N connections each awaited through a worker thread;
+- **loop lag**: the p99 of how late a 1 ms ticker on the same loop wakes, during the
+  journaled run: how long every other request in that process would stall.
+
+And 16 threads of sync sagas against 16 threads doing the floor's two commits per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sqlite3
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sagacity import CompensationContext, Sagacity, compensable
+from sagacity.journal import GENESIS_HASH
+from sagacity.journal._entry import seal
+
+QUICK = os.environ.get("SAGACITY_BENCH_QUICK", "") not in ("", "0")
+CALLS = 8 if QUICK else 40
+SIZES = tuple(
+    int(n) for n in os.environ.get("SAGACITY_BENCH_SIZES", "1,4" if QUICK else "1,16,64").split(",")
+)
+"""Numbers of concurrent sagas; `SAGACITY_BENCH_SIZES=16,64` runs only those."""
+THREADS = 4 if QUICK else 16
+ROUNDS = 1 if QUICK else 3
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
+COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
+
+
+@compensable(by="release_inventory")
+async def reserve_inventory(sku: str, qty: int) -> str:
+    """Reserve stock (a tool that does nothing but return its handle)."""
+    return f"res-{sku}-{qty}"
+
+
+def release_inventory(ctx: CompensationContext) -> None:
+    """Release stock."""
+
+
+@compensable(by="release_inventory")
+def reserve_inventory_sync(sku: str, qty: int) -> str:
+    """Reserve stock, from sync code."""
+    return f"res-{sku}-{qty}"
+
+
+def journal_rows(saga_id: str, calls: int) -> list[tuple[Any, ...]]:
+    """The rows a saga of `calls` journaled calls writes: what the floor inserts."""
+    rows: list[tuple[Any, ...]] = []
+    prev = GENESIS_HASH
+    for seq in range(1, 2 * calls + 1):
+        intent = seq % 2 == 1
+        payload: Any = (
+            {"input": {"sku": "SKU-1", "qty": 2}, "reversibility": "COMPENSATABLE"}
+            if intent
+            else {"result": "res-SKU-1-2"}
+        )
+        entry, payload_bytes = seal(
+            saga_id,
+            seq,
+            _phase(intent),
+            tool_name="reserve_inventory",
+            call_id=f"reserve_inventory#{(seq + 1) // 2}",
+            ref_seq=None if intent else seq - 1,
+            payload=payload,
+            prev_hash=prev,
+        )
+        prev = entry.hash
+        rows.append(
+            (
+                entry.saga_id,
+                entry.seq,
+                entry.phase.value,
+                entry.tool_name,
+                entry.call_id,
+                entry.ref_seq,
+                payload_bytes.decode(),
+                entry.recorded_at,
+                entry.prev_hash,
+                entry.hash,
+            )
+        )
+    return rows
+
+
+def _phase(intent: bool) -> Any:
+    from sagacity import Phase
+
+    return Phase.INTENT if intent else Phase.EXECUTED
+
+
+class LoopLag:
+    """A 1 ms ticker on the running loop; `p99` is how late it woke, in milliseconds."""
+
+    def __init__(self) -> None:
+        self.lags: list[float] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        while True:
+            start = time.perf_counter()
+            await asyncio.sleep(0.001)
+            self.lags.append((time.perf_counter() - start - 0.001) * 1000)
+
+    def __enter__(self) -> LoopLag:
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    @property
+    def p99(self) -> float:
+        if len(self.lags) < 2:
+            return float("nan")
+        return statistics.quantiles(self.lags, n=100)[98]
+
+
+async def journaled(sagacity: Sagacity, sagas: int, tag: str) -> tuple[float, float]:
+    """Calls per second of `sagas` concurrent async sagas, and the loop lag p99 (ms)."""
+    (tool,) = sagacity.wrap(reserve_inventory)
+
+    async def one(index: int) -> None:
+        async def work() -> None:
+            for _ in range(CALLS):
+                await tool("SKU-1", 2)
+
+        await sagacity.asaga(f"{tag}-{index}", work)
+
+    with LoopLag() as lag:
+        start = time.perf_counter()
+        await asyncio.gather(*(one(i) for i in range(sagas)))
+        elapsed = time.perf_counter() - start
+    return sagas * CALLS / elapsed, lag.p99
+
+
+async def floor(insert: Callable[[int, tuple[Any, ...]], Awaitable[None]], sagas: int) -> float:
+    """Calls per second of `sagas` tasks each inserting a saga's rows, one commit per row."""
+
+    async def one(index: int) -> None:
+        for row in journal_rows(f"floor-{uuid.uuid4().hex[:8]}-{index}", CALLS):
+            await insert(index, row)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(sagas)))
+    return sagas * CALLS / (time.perf_counter() - start)
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def pg_schemas(url: str) -> Iterator[Callable[[str], str]]:
+    """URLs with a fresh schema each; every schema made is dropped at the end."""
+    import psycopg
+
+    made: list[str] = []
+
+    def schema_url(prefix: str) -> str:
+        name = f"bench_{prefix}_{uuid.uuid4().hex[:8]}"
+        made.append(name)
+        return f"{url}{'&' if '?' in url else '?'}schema={name}&pool_max_size=16"
+
+    try:
+        yield schema_url
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for name in made:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+async def pg_floor(url: str, floor_url: str, sagas: int) -> float:
+    import psycopg
+
+    probe = Sagacity.from_url(floor_url)  # creates the schema: the same table and index
+    table = probe.journal.database.tables.journal  # type: ignore[attr-defined]
+    probe.close()
+    conns = [
+        await psycopg.AsyncConnection.connect(url, autocommit=True, prepare_threshold=0)
+        for _ in range(sagas)
+    ]
+    sql = f"INSERT INTO {table} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    cursors = [conn.cursor() for conn in conns]
+
+    async def insert(index: int, row: tuple[Any, ...]) -> None:
+        await cursors[index].execute(sql, row)
+
+    try:
+        return await floor(insert, sagas)
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+def pg_main(url: str) -> None:
+    try:
+        import psycopg
+
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as error:
+        print(f"bench_async: PostgreSQL SKIPPED, no server at {url}: {error}")
+        return
+    print(f"### PostgreSQL at {url}: {CALLS} calls per saga, best of {ROUNDS} rounds")
+    with pg_schemas(url) as schema_url:
+        for sagas in SIZES:
+            floors, runs, lags = [], [], []
+            for round_ in range(ROUNDS):
+                floors.append(asyncio.run(pg_floor(url, schema_url("floor"), sagas)))
+                sagacity = Sagacity.from_url(schema_url("saga"))
+                try:
+                    rate, lag = asyncio.run(journaled(sagacity, sagas, f"r{round_}"))
+                finally:
+                    sagacity.close()
+                runs.append(rate)
+                lags.append(lag)
+            report(f"PostgreSQL async N={sagas}", max(runs), max(floors), max(lags))
+        threads_report(
+            "PostgreSQL",
+            lambda: Sagacity.from_url(schema_url("threads")),
+            pg_sync_floor(url, schema_url),
+        )
+
+
+def pg_sync_floor(url: str, schema_url: Callable[[str], str]) -> Callable[[], float]:
+    def run() -> float:
+        import psycopg
+
+        floor_url = schema_url("tfloor")
+        probe = Sagacity.from_url(floor_url)
+        table = probe.journal.database.tables.journal  # type: ignore[attr-defined]
+        probe.close()
+        sql = f"INSERT INTO {table} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+
+        def thread_floor(index: int) -> None:
+            with psycopg.connect(url, autocommit=True, prepare_threshold=0) as conn:
+                cursor = conn.cursor()
+                for n in range(3):
+                    for row in journal_rows(f"tfloor-{index}-{n}", CALLS):
+                        cursor.execute(sql, row)
+
+        return threaded(thread_floor) * 3 * CALLS
+
+    return run
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+
+
+def sqlite_connection(path: Path) -> sqlite3.Connection:
+    """A connection as sagacity opens one: WAL, synchronous=FULL, autocommit."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+async def sqlite_floor(folder: Path, sagas: int) -> float:
+    path = folder / f"floor-{uuid.uuid4().hex[:8]}.db"
+    Sagacity.from_url(f"sqlite:///{path}").close()  # the same table and index
+    conns = [sqlite_connection(path) for _ in range(sagas)]
+    sql = f"INSERT INTO sagacity_journal ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+    async def insert(index: int, row: tuple[Any, ...]) -> None:
+        await asyncio.to_thread(conns[index].execute, sql, row)
+
+    try:
+        return await floor(insert, sagas)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def sqlite_main() -> None:
+    print(f"### SQLite {sqlite3.sqlite_version}: {CALLS} calls per saga, best of {ROUNDS} rounds")
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        for sagas in SIZES:
+            floors, runs, lags = [], [], []
+            for round_ in range(ROUNDS):
+                floors.append(asyncio.run(sqlite_floor(folder, sagas)))
+                sagacity = Sagacity.from_url(f"sqlite:///{folder / f'saga-{sagas}-{round_}.db'}")
+                try:
+                    rate, lag = asyncio.run(journaled(sagacity, sagas, f"r{round_}"))
+                finally:
+                    sagacity.close()
+                runs.append(rate)
+                lags.append(lag)
+            report(f"SQLite async N={sagas}", max(runs), max(floors), max(lags))
+
+        def sync_floor() -> float:
+            path = folder / f"tfloor-{uuid.uuid4().hex[:8]}.db"
+            Sagacity.from_url(f"sqlite:///{path}").close()
+            sql = f"INSERT INTO sagacity_journal ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+            def thread_floor(index: int) -> None:
+                conn = sqlite_connection(path)
+                for n in range(3):
+                    for row in journal_rows(f"tfloor-{index}-{n}", CALLS):
+                        conn.execute(sql, row)
+                conn.close()
+
+            return threaded(thread_floor) * 3 * CALLS
+
+        threads_report(
+            "SQLite",
+            lambda: Sagacity.from_url(f"sqlite:///{folder / f'threads-{uuid.uuid4().hex[:8]}.db'}"),
+            sync_floor,
+        )
+
+
+# -- sync threads ------------------------------------------------------------------------------
+
+
+def threaded(body: Callable[[int], None]) -> float:
+    """Run `body(i)` on THREADS threads at once; return THREADS / seconds (sagas of 1/s)."""
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(THREADS)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return THREADS / (time.perf_counter() - start)
+
+
+def threads_report(
+    name: str, open_sagacity: Callable[[], Sagacity], sync_floor: Callable[[], float]
+) -> None:
+    floors, runs = [], []
+    for _ in range(ROUNDS):
+        floors.append(sync_floor())
+        sagacity = open_sagacity()
+        (tool,) = sagacity.wrap(reserve_inventory_sync)
+
+        def thread_sagas(index: int, sagacity: Sagacity = sagacity, tool: Any = tool) -> None:
+            for n in range(3):
+                sagacity.saga(f"t{index}-{n}", lambda: [tool("SKU-1", 2) for _ in range(CALLS)])
+
+        try:
+            runs.append(threaded(thread_sagas) * 3 * CALLS)
+        finally:
+            sagacity.close()
+    report(f"{name} {THREADS} threads of sync sagas", max(runs), max(floors), None)
+
+
+def report(what: str, rate: float, floor_rate: float, lag: float | None) -> None:
+    lag_text = "" if lag is None else f", loop lag p99 {lag:.2f} ms"
+    print(
+        f"{what}: journaled {rate:,.0f} calls/s, floor {floor_rate:,.0f} calls/s "
+        f"(throughput {rate / floor_rate:.2f} x the floor's, cost per call "
+        f"{floor_rate / rate:.2f} x){lag_text}"
+    )
+
+
+def main() -> None:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"## bench_async (load average {load:.2f}{', QUICK sizes' if QUICK else ''})")
+    sqlite_main()
+    pg_main(os.environ.get("SAGACITY_TEST_DATABASE_URL") or DEFAULT_URL)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Editing a pending request: close it, and ask again for the same call with new input.
+
+An approver who would approve the call with other arguments (a smaller amount, another
+recipient) edits it. The edit is two journaled decisions: a new AWAITING_APPROVAL for the
+same call id and tool with the new input and its own hash, and a REJECTED that closes the
+old request, naming the editor and the new request. The saga is not compensated: it goes
+on waiting, now for the edited request, which is approved like any other (four eyes and
+the number of approvers carry over; the editor, who wrote the input, cannot approve it).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sagacity._history import SagaHistory
+from sagacity.approval._check import check_current, check_unused
+from sagacity.approval._lifecycle import ApprovalLifecycle, refuse_ended
+from sagacity.approval._request import ApprovalRequest
+from sagacity.errors import AppendConflictError, JournalError
+from sagacity.journal import JsonValue, Phase
+
+__all__ = ["edit_request"]
+
+_EDIT_RETRIES = 8
+"""How often an edit re-reads the saga after another writer appended first."""
+
+
+def edit_request(
+    lifecycle: ApprovalLifecycle,
+    saga_id: str,
+    *,
+    editor: str,
+    request_id: str,
+    new_input: dict[str, JsonValue],
+) -> ApprovalRequest:
+    """Replace pending request `request_id` by one for `new_input`; return the new request.
+
+    The new AWAITING_APPROVAL is appended only if the journal still ends where the edit
+    read it: an approved call that started meanwhile wins, and the edit is refused.
+
+    Raises:
+        ApprovalNotFoundError: No such pending request.
+        ApprovalRejectedError: It was rejected (or edited) already.
+        ApprovalAlreadyUsedError: Its call started.
+        SagaStateError: The saga ended.
+    """
+    for _ in range(_EDIT_RETRIES):
+        history = lifecycle.history(saga_id)
+        old = lifecycle.pending_in(history, request_id)
+        refuse_ended(history)
+        check_unused(old, history)
+        check_current(old, history)
+        try:
+            new = lifecycle.ask(
+                history,
+                tool_name=old.tool_name,
+                call_id=old.call_id,
+                input=new_input,
+                reason=old.reason,
+                started_by=old.started_by,
+                approvers=old.approvers_required,
+                replaces=old,
+                edited_by=editor,
+                request_id=uuid.uuid4().hex,
+                expected_seq=history.last_seq,
+            )
+        except AppendConflictError:
+            continue  # another writer appended: decide again on what it wrote
+        _close(lifecycle, history, old, editor=editor, new=new)
+        return new
+    raise JournalError(
+        f"saga {saga_id!r}: the edit of request {request_id} lost {_EDIT_RETRIES} races with "
+        "other writers of the saga and was not recorded; edit again"
+    )
+
+
+def _close(
+    lifecycle: ApprovalLifecycle,
+    history: SagaHistory,
+    old: ApprovalRequest,
+    *,
+    editor: str,
+    new: ApprovalRequest,
+) -> None:
+    """Journal the old request's REJECTED: it can never be approved or run now.
+
+    Unguarded: the new request already took the call id (a call checks the newest
+    request of its id), so nothing can start under the old one in between.
+    """
+    history.append(
+        lifecycle.journal,
+        Phase.REJECTED,
+        tool_name=old.tool_name,
+        call_id=old.call_id,
+        ref_seq=old.seq,
+        payload={
+            "request_id": old.request_id,
+            "approver": editor,
+            "reason": f"edited by {editor}",
+            "edited_to": new.request_id,
+        },
+    )

@@ -1,0 +1,166 @@
+"""Signed approvals: an APPROVED row counts only if a trusted key signed exactly it.
+
+The worker that runs the call holds only public keys; the approving side holds the
+private key. An attacker with write access to the database can append a correctly
+hashed APPROVED row through the journal's own API; under `require_signed_approvals` it
+approves nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+import rfc8785
+
+from sagacity import (
+    ApprovalSignatureError,
+    ConfigurationError,
+    Phase,
+    Sagacity,
+    SagaOutcome,
+)
+from sagacity.approval import signed_bytes
+from sagacity.audit._keys import PrivateKey, generate_key
+from tests.approval._policy import SAGA, OpenSagacity, inject_approval, waiting_saga
+
+
+@pytest.fixture(scope="module")
+def key() -> PrivateKey:
+    """The approval service's signing key."""
+    return generate_key()
+
+
+def worker_and_approver(open_sagacity: OpenSagacity, key: PrivateKey) -> tuple[Sagacity, Sagacity]:
+    """A worker that verifies (public key only) and an approval service that signs."""
+    worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+    approver = open_sagacity(approval_signing_key=key, require_signed_approvals=True)
+    return worker, approver
+
+
+class TestSignedApprovals:
+    def test_a_signed_approval_runs_and_verifies_independently(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """The APPROVED payload carries a hex Ed25519 signature over the documented bytes."""
+        worker, approver = worker_and_approver(open_sagacity, key)
+        waiting = waiting_saga(worker)
+        entry = approver.approve(SAGA, approver="bob")
+        payload = entry.payload
+        assert payload["key_id"] == key.key_id
+        signed = rfc8785.dumps(
+            {
+                "saga_id": SAGA,
+                "request_id": waiting.request.request_id,
+                "input_sha256": waiting.request.input_sha256,
+                "approver": "bob",
+            }
+        )
+        assert signed == signed_bytes(
+            SAGA, waiting.request.request_id, payload["input_sha256"], "bob"
+        )
+        key.public.key.verify(bytes.fromhex(payload["signature"]), signed)  # raises if wrong
+        (shown,) = worker.pending(SAGA)
+        assert [(a.approver, a.key_id) for a in shown.approvals] == [("bob", key.key_id)]
+        result = worker.resume_saga(SAGA)
+        assert (result.outcome, waiting.treasury.calls["wire"]) == (SagaOutcome.COMPLETED, 1)
+
+    def test_an_inserted_unsigned_row_approves_nothing(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """A correctly hashed APPROVED with no signature is refused; a signed one then runs."""
+        worker, approver = worker_and_approver(open_sagacity, key)
+        waiting = waiting_saga(worker)
+        inject_approval(worker, waiting.request, "bob")
+        with pytest.raises(ApprovalSignatureError, match="carries no signature") as refused:
+            worker.resume_saga(SAGA)
+        assert refused.value.status_code == 403
+        assert waiting.treasury.calls["wire"] == 0
+        assert [r.state for r in worker.pending(SAGA)] == ["waiting"]
+        # The forged 'bob' does not count, so the real bob may still approve.
+        approver.approve(SAGA, approver="bob")
+        assert worker.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
+        assert waiting.treasury.calls["wire"] == 1
+
+    def test_a_forged_signature_is_refused(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """A signature by another key, filed under the trusted key's id, does not verify."""
+        worker, _ = worker_and_approver(open_sagacity, key)
+        waiting = waiting_saga(worker)
+        forger = generate_key()
+        request = waiting.request
+        forged = forger.sign(signed_bytes(SAGA, request.request_id, request.input_sha256, "bob"))
+        inject_approval(worker, request, "bob", signature=forged, key_id=key.key_id)
+        with pytest.raises(ApprovalSignatureError, match="does not verify"):
+            worker.resume_saga(SAGA)
+        assert waiting.treasury.calls["wire"] == 0
+
+    def test_a_signature_copied_to_another_approver_is_refused(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """Bob's real signature pasted into a row naming 'carol' does not make carol approve."""
+        worker, approver = worker_and_approver(open_sagacity, key)
+        waiting = waiting_saga(worker, wire="big_wire")
+        real = approver.approve(SAGA, approver="bob").payload
+        inject_approval(
+            worker, waiting.request, "carol", signature=real["signature"], key_id=real["key_id"]
+        )
+        with pytest.raises(ApprovalSignatureError, match="1 of 2 approvals"):
+            worker.resume_saga(SAGA)
+        assert waiting.treasury.calls["big_wire"] == 0
+
+    def test_an_unknown_key_is_refused(self, open_sagacity: OpenSagacity, key: PrivateKey) -> None:
+        """An approval signed by a key the worker does not trust counts for nothing."""
+        worker, _ = worker_and_approver(open_sagacity, key)
+        stranger = open_sagacity(approval_signing_key=generate_key())
+        waiting = waiting_saga(worker)
+        stranger.approve(SAGA, approver="bob")
+        with pytest.raises(ApprovalSignatureError, match="not one of the trusted keys"):
+            worker.resume_saga(SAGA)
+        assert waiting.treasury.calls["wire"] == 0
+
+    def test_an_approver_without_the_key_cannot_approve(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """Where signatures are required, approving with no signing key journals nothing."""
+        worker, _ = worker_and_approver(open_sagacity, key)
+        waiting_saga(worker)
+        before = worker.history(SAGA)
+        with pytest.raises(ConfigurationError, match="no approval_signing_key"):
+            worker.approve(SAGA, approver="bob")
+        assert worker.history(SAGA) == before
+
+    def test_unsigned_approvals_count_when_not_required(self, sagacity: Sagacity) -> None:
+        """Without `require_signed_approvals` an APPROVED carries no signature and counts."""
+        waiting = waiting_saga(sagacity)
+        entry = sagacity.approve(SAGA, approver="bob")
+        assert "signature" not in entry.payload
+        assert sagacity.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
+        assert waiting.treasury.calls["wire"] == 1
+
+
+class TestSigningSettings:
+    def test_requiring_signatures_with_no_key_is_refused(self) -> None:
+        """No key to verify with means no approval could count: refused at construction."""
+        with pytest.raises(ConfigurationError, match="require_signed_approvals=True needs"):
+            Sagacity.from_url("memory://", require_signed_approvals=True)
+
+    def test_a_key_that_is_not_a_key_is_refused(self) -> None:
+        """A PEM path or bytes passed for a key is refused with what to use instead."""
+        with pytest.raises(ConfigurationError, match="load_private_key"):
+            Sagacity.from_url("memory://", approval_signing_key="key.pem")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"approval_public_keys=\[key\]"):
+            Sagacity.from_url("memory://", approval_public_keys=generate_key().public)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="load_public_key"):
+            Sagacity.from_url("memory://", approval_public_keys=[b"pem"])  # type: ignore[list-item]
+
+    def test_the_signing_key_verifies_its_own_approvals(self, key: PrivateKey) -> None:
+        """One process that signs and requires signatures needs no separate public key."""
+        sagacity = Sagacity.from_url(
+            "memory://", approval_signing_key=key, require_signed_approvals=True
+        )
+        waiting = waiting_saga(sagacity)
+        sagacity.approve(SAGA, approver="bob")
+        assert sagacity.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
+        approved = [e for e in sagacity.history(SAGA) if e.phase is Phase.APPROVED]
+        assert [e.payload["key_id"] for e in approved] == [key.key_id]
+        assert waiting.treasury.calls["wire"] == 1

@@ -1,0 +1,70 @@
+"""A journal driven through another edge than `append`, for the conformance suite.
+
+- `async`: every append is awaited on an event loop (`append_async`, the path async
+  tools take): for SQLite and PostgreSQL a writer thread the loop awaits.
+- `batched`: every append is committed by the backend's group-commit batch path, as
+  one of a batch, in its own transaction (memory has none: its appends never wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from sagacity.journal import JournalEntry, Phase, SideEffectJournal
+from sagacity.journal._group import AppendRequest
+from sagacity.journal._protocol import append_async
+
+EDGES = ["sync", "async", "batched"]
+
+
+class EventLoopThread:
+    """One event loop running on its own thread, for sync tests to submit coroutines to."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class DrivenJournal:
+    """A journal whose `append` goes through the `async` or `batched` edge; the rest as is."""
+
+    def __init__(self, journal: SideEffectJournal, edge: str, loops: EventLoopThread) -> None:
+        self._journal = journal
+        self._edge = edge
+        self._loops = loops
+
+    def append(self, saga_id: str, phase: Phase, **options: Any) -> JournalEntry:
+        group = getattr(self._journal, "_group", None)
+        if self._edge == "batched" and group is not None:
+            (result,) = group._many([AppendRequest(saga_id, phase, **options)])
+            if isinstance(result, BaseException):
+                raise result
+            return result
+        future = asyncio.run_coroutine_threadsafe(
+            append_async(self._journal, saga_id, phase, **options), self._loops.loop
+        )
+        return future.result()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+
+def driven(journal: SideEffectJournal, edge: str) -> Iterator[SideEffectJournal]:
+    """Yield `journal` driven through `edge` (a fixture's body)."""
+    if edge == "sync":
+        yield journal
+        return
+    loops = EventLoopThread()
+    try:
+        yield DrivenJournal(journal, edge, loops)  # type: ignore[misc]  # a structural match
+    finally:
+        loops.close()

@@ -1,0 +1,123 @@
+"""Group commit's turns: alone on the caller's thread, together while a commit is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sagacity.journal import Phase
+from sagacity.journal._group import AppendRequest, GroupCommit, committed
+
+
+class Recorder:
+    """A stand-in database: commits return the request; the first commit waits on cue."""
+
+    def __init__(self) -> None:
+        self.first_started = threading.Event()
+        self.release = threading.Event()
+        self.alone: list[tuple[str, str]] = []
+        self.batches: list[list[str]] = []
+
+    def one(self, request: AppendRequest) -> Any:
+        self.alone.append((request.saga_id, threading.current_thread().name))
+        if request.saga_id == "first":
+            self.first_started.set()
+            assert self.release.wait(10)
+        if request.saga_id == "refused":
+            raise ValueError("refused alone")
+        return request
+
+    def many(self, requests: Sequence[AppendRequest]) -> list[Any]:
+        self.batches.append([r.saga_id for r in requests])
+        return [ValueError("refused in batch") if r.saga_id == "bad" else r for r in requests]
+
+
+def wait_until(condition: Any) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        time.sleep(0.005)
+    raise AssertionError("timed out")
+
+
+class TestGroupCommit:
+    def test_a_caller_alone_commits_on_its_own_thread(self) -> None:
+        """No commit in flight: the append is committed by the caller, no thread hop."""
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        request = AppendRequest("solo", Phase.INTENT)
+        assert group.append(request) is request
+        assert recorder.alone == [("solo", threading.current_thread().name)]
+        assert recorder.batches == []
+
+    def test_appends_during_a_commit_go_together_each_getting_its_own_result(self) -> None:
+        """Sync and async appends queued behind a commit are one batch, in arrival order.
+
+        Each caller gets its own entry, and the one the batch refused gets its own error.
+        """
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        results: dict[str, Any] = {}
+
+        def append(saga_id: str) -> None:
+            try:
+                results[saga_id] = group.append(AppendRequest(saga_id, Phase.INTENT)).saga_id
+            except ValueError as error:
+                results[saga_id] = str(error)
+
+        first = threading.Thread(target=append, args=("first",))
+        first.start()
+        assert recorder.first_started.wait(10)
+        followers = []
+        for saga_id in ("b", "bad"):
+            followers.append(threading.Thread(target=append, args=(saga_id,)))
+            followers[-1].start()
+            queued = len(followers)
+            wait_until(lambda n=queued: len(group._queue) == n)
+        submitted = group.submit(AppendRequest("async", Phase.INTENT))
+        recorder.release.set()
+        for thread in (first, *followers):
+            thread.join(10)
+        assert submitted.result(10).saga_id == "async"
+        assert recorder.batches == [["b", "bad", "async"]]
+        assert results == {"first": "first", "b": "b", "bad": "refused in batch"}
+        stats = group.stats
+        assert (stats.commits, stats.batched, stats.largest) == (2, 3, 3)
+        group.close()
+
+    async def test_an_async_append_is_led_by_the_writer_thread(self) -> None:
+        """From the loop, the append is committed on the writer thread, never the loop's."""
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        entry = await committed(group.submit(AppendRequest("a", Phase.INTENT)))
+        assert entry.saga_id == "a"
+        ((saga, thread),) = recorder.alone
+        assert (saga, thread) == ("a", "test-writer")
+        with pytest.raises(ValueError, match="refused alone"):
+            await committed(group.submit(AppendRequest("refused", Phase.INTENT)))
+        group.close()
+
+    async def test_a_cancelled_wait_for_a_queued_append_withdraws_it(self) -> None:
+        """Cancelled before its batch starts, an append is never committed."""
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        blocker = threading.Thread(
+            target=group.append, args=(AppendRequest("first", Phase.INTENT),)
+        )
+        blocker.start()
+        assert await asyncio.to_thread(recorder.first_started.wait, 10)
+        waiting = asyncio.ensure_future(committed(group.submit(AppendRequest("x", Phase.INTENT))))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        recorder.release.set()
+        await asyncio.to_thread(blocker.join, 10)
+        group.close()
+        assert [saga for saga, _ in recorder.alone] == ["first"]
+        assert recorder.batches == []

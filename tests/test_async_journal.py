@@ -1,0 +1,439 @@
+"""Async sagas on the non-blocking journal path, and group commit, on real databases.
+
+The loop awaits every journal write: these tests hold the database's write lock from a
+task on the loop itself, so a write that blocked the loop could never be let through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from sagacity import Phase, Sagacity, SagaOutcome, compensable, compensation, verify
+from sagacity.journal import JournalEntry, SideEffectJournal
+from sagacity.journal._group import GroupCommit
+
+SAGAS = 24
+CALLS = 6
+
+
+class Ledger:
+    """Async tools that record what ran, in order, and their compensations."""
+
+    def __init__(self, sagacity: Sagacity | None = None) -> None:
+        self.ran: list[str] = []
+        self.undone: list[str] = []
+        self.sagacity = sagacity
+        self.intent_first: list[bool] = []
+        """Per call: its INTENT was in the journal when the tool started."""
+
+    @compensable(by="release")
+    async def reserve(self, sku: str) -> str:
+        if self.sagacity is not None:
+            scope_call = _current()
+            entries = self.sagacity.journal.entries(scope_call[0])
+            self.intent_first.append(
+                any(e.phase is Phase.INTENT and e.call_id == scope_call[1] for e in entries)
+            )
+        self.ran.append(sku)
+        await asyncio.sleep(0)
+        return f"res-{sku}"
+
+    @compensation
+    async def release(self, ctx: Any) -> None:
+        self.undone.append(ctx.result)
+
+    @compensable(by="release")
+    async def fail(self, sku: str) -> str:
+        raise RuntimeError(f"out of {sku}")
+
+
+def _current() -> tuple[str, str]:
+    from sagacity import current_call
+
+    call = current_call()
+    assert call is not None
+    return call.saga_id, call.call_id
+
+
+def tools_by_name(sagacity: Sagacity, ledger: Ledger) -> dict[str, Any]:
+    return {tool.name: tool for tool in sagacity.wrap(ledger)}
+
+
+def assert_calls_paired(entries: list[JournalEntry], calls: int) -> None:
+    """Each call: its INTENT, then its EXECUTED pointing at it; then ENDED COMPLETED."""
+    assert [e.seq for e in entries] == list(range(1, len(entries) + 1))
+    intents = [e for e in entries if e.phase is Phase.INTENT]
+    executed = {e.ref_seq: e for e in entries if e.phase is Phase.EXECUTED}
+    assert len(intents) == calls
+    for intent in intents:
+        assert executed[intent.seq].seq > intent.seq
+        assert executed[intent.seq].call_id == intent.call_id
+    assert entries[-1].phase is Phase.ENDED
+    assert entries[-1].payload == {"outcome": "COMPLETED"}
+
+
+class TestManyAsyncSagas:
+    async def test_concurrent_async_sagas_lose_nothing_and_keep_every_chain(
+        self, shared_store_url: str
+    ) -> None:
+        """24 async sagas of 6 calls each on one loop: every entry, in order, chains valid.
+
+        Their appends overlap, so group commit writes some together: still every saga's
+        seqs run 1..n without gaps, each EXECUTED follows its INTENT, and verify passes.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+
+            async def run(index: int) -> SagaOutcome:
+                async def work() -> None:
+                    for call in range(CALLS):
+                        await tools["reserve"](f"{index}-{call}")
+
+                return (await sagacity.asaga(f"saga-{index:02}", work)).outcome
+
+            outcomes = await asyncio.gather(*(run(i) for i in range(SAGAS)))
+            assert outcomes == [SagaOutcome.COMPLETED] * SAGAS
+            assert sorted(ledger.ran) == sorted(
+                f"{i}-{c}" for i in range(SAGAS) for c in range(CALLS)
+            )
+            for index in range(SAGAS):
+                entries = sagacity.journal.entries(f"saga-{index:02}")
+                assert_calls_paired(entries, CALLS)
+                inputs = [e.payload["input"]["sku"] for e in entries if e.phase is Phase.INTENT]
+                assert inputs == [f"{index}-{c}" for c in range(CALLS)]  # the saga's own order
+            assert verify(sagacity.journal).ok
+            stats = sagacity.journal.group_stats  # type: ignore[attr-defined]
+            assert stats.batched > 0, stats  # overlapping appends were committed together
+        finally:
+            sagacity.close()
+
+    async def test_parallel_calls_within_one_saga(self, shared_store_url: str) -> None:
+        """20 calls of one saga gathered at once: 20 INTENT/EXECUTED pairs, one valid chain."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+
+            async def work() -> list[str]:
+                return list(await asyncio.gather(*(tools["reserve"](f"p{n}") for n in range(20))))
+
+            result = await sagacity.asaga("parallel", work)
+            assert result.outcome is SagaOutcome.COMPLETED
+            assert result.value == [f"res-p{n}" for n in range(20)]
+            entries = sagacity.journal.entries("parallel")
+            assert_calls_paired(entries, 20)
+            assert verify(sagacity.journal, "parallel").ok
+        finally:
+            sagacity.close()
+
+    async def test_a_failed_async_saga_compensates_in_reverse(self, shared_store_url: str) -> None:
+        """The async path keeps compensation: two reserves undone in reverse after a failure."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+
+            async def work() -> None:
+                await tools["reserve"]("a")
+                await tools["reserve"]("b")
+                with contextlib.suppress(RuntimeError):
+                    await tools["fail"]("c")  # the framework swallows it
+
+            result = await sagacity.asaga("undo", work)
+            assert result.outcome is SagaOutcome.COMPENSATED
+            assert ledger.undone == ["res-b", "res-a"]
+            phases = [e.phase.value for e in sagacity.journal.entries("undo")]
+            assert phases == [
+                "INTENT", "EXECUTED", "INTENT", "EXECUTED", "INTENT", "FAILED",
+                "COMPENSATING", "COMPENSATED", "COMPENSATING", "COMPENSATED", "ENDED",
+            ]  # fmt: skip
+        finally:
+            sagacity.close()
+
+
+class TestSyncThreads:
+    def test_sixteen_threads_of_sync_sagas(self, shared_store_url: str) -> None:
+        """16 threads each running sync sagas: nothing lost, every chain and order kept."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        ran: list[str] = []
+        lock = threading.Lock()
+
+        @compensable(by=lambda: None)
+        def book(slot: str) -> str:
+            with lock:
+                ran.append(slot)
+            return slot
+
+        (tool,) = sagacity.wrap(book)
+        errors: list[BaseException] = []
+
+        def worker(thread: int) -> None:
+            try:
+                for saga in range(3):
+                    slots = [f"{thread}-{saga}-{n}" for n in range(5)]
+                    sagacity.saga(f"t{thread:02}-{saga}", lambda s=slots: [tool(x) for x in s])
+            except BaseException as error:  # reported below, with the thread's name
+                errors.append(error)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(16)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert errors == []
+            assert len(ran) == 16 * 3 * 5
+            for t in range(16):
+                for saga in range(3):
+                    entries = sagacity.journal.entries(f"t{t:02}-{saga}")
+                    assert_calls_paired(entries, 5)
+            assert verify(sagacity.journal).ok
+        finally:
+            sagacity.close()
+
+
+# -- holding the database's writes from the loop --------------------------------------------
+
+
+@contextlib.contextmanager
+def writes_held(
+    url: str, sagacity: Sagacity, saga_id: str, *, new_sagas: tuple[str, ...] = ()
+) -> Iterator[Callable[[], None]]:
+    """Block the saga's next journal write, and the first of `new_sagas`, until let go.
+
+    SQLite: another connection holds the write lock. PostgreSQL: another transaction
+    holds the saga's lease row, which a fenced append share-locks, and has inserted,
+    uncommitted, seq 1 of each new saga, which an append of that seq waits for.
+    """
+    if url.startswith("sqlite"):
+        holder = sqlite3.connect(urlsplit(url).path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield lambda: holder.execute("ROLLBACK") if holder.in_transaction else None
+        finally:
+            if holder.in_transaction:
+                holder.execute("ROLLBACK")
+            holder.close()
+        return
+    import psycopg
+
+    database = sagacity.journal.database  # type: ignore[attr-defined]
+    conn = psycopg.connect(database.settings.conninfo)
+    conn.execute(f"SELECT 1 FROM {database.tables.lease} WHERE saga_id = %s FOR UPDATE", (saga_id,))
+    for new in new_sagas:
+        conn.execute(
+            f"INSERT INTO {database.tables.journal} VALUES "
+            "(%s, 1, 'INTENT', NULL, NULL, NULL, 'null', '', '', '')",
+            (new,),
+        )
+    try:
+        yield conn.rollback
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+def group_of(sagacity: Sagacity) -> GroupCommit:
+    group: GroupCommit = sagacity.journal._group  # type: ignore[attr-defined]
+    return group
+
+
+class TestTheLoopIsNotBlocked:
+    async def test_the_loop_runs_while_an_intent_waits_for_the_database(
+        self, shared_store_url: str
+    ) -> None:
+        """A commit waiting on a held write lock leaves the loop free: a task on it lets it go.
+
+        Were the write made on the loop's thread, the task that frees the lock could never
+        run. And the tool starts only once its INTENT is in the journal.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger(sagacity)
+        tools = tools_by_name(sagacity, ledger)
+        ticks: list[int] = []
+        try:
+            entered = asyncio.Event()
+            go = asyncio.Event()
+
+            async def work() -> str:
+                entered.set()
+                await go.wait()
+                return str(await tools["reserve"]("x"))
+
+            running = asyncio.create_task(sagacity.asaga("held", work))
+            await entered.wait()
+            with writes_held(shared_store_url, sagacity, "held") as let_go:
+                go.set()
+                await until(lambda: group_of(sagacity).stats.commits > 0, "the INTENT is sent")
+                for tick in range(5):
+                    ticks.append(tick)
+                    await asyncio.sleep(0.02)
+                assert ledger.ran == []  # its INTENT is not committed yet: the tool waits
+                let_go()
+                result = await running
+            assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-x")
+            assert ticks == [0, 1, 2, 3, 4]
+            assert ledger.intent_first == [True]
+        finally:
+            sagacity.close()
+
+
+class TestCancellation:
+    async def test_cancelled_while_its_intent_commits_leaves_an_intent_in_doubt(
+        self, shared_store_url: str
+    ) -> None:
+        """Cancelled mid-commit: the INTENT lands, the tool never runs, the call is in doubt.
+
+        A later compensation walk lists it in doubt and acts on nothing.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+            entered = asyncio.Event()
+            go = asyncio.Event()
+
+            async def work() -> None:
+                entered.set()
+                await go.wait()
+                await tools["reserve"]("x")
+
+            running = asyncio.create_task(sagacity.asaga("cut", work))
+            await entered.wait()
+            with writes_held(shared_store_url, sagacity, "cut") as let_go:
+                go.set()
+                await until(lambda: group_of(sagacity)._in_flight > 0, "the INTENT is in flight")
+                running.cancel()
+                await asyncio.sleep(0.05)
+                let_go()
+                with pytest.raises(asyncio.CancelledError):
+                    await running
+            assert ledger.ran == []
+            entries = sagacity.journal.entries("cut")
+            assert [(e.phase, e.call_id) for e in entries] == [(Phase.INTENT, "reserve#1")]
+            report = (await sagacity.acompensate("cut")).compensation
+            assert report is not None
+            assert [ref.call_id for ref in report.in_doubt] == ["reserve#1"]
+            assert ledger.undone == []
+        finally:
+            sagacity.close()
+
+    async def test_cancelled_before_its_batch_starts_writes_no_intent(
+        self, shared_store_url: str
+    ) -> None:
+        """An INTENT still queued behind a commit in flight is withdrawn: nothing is written."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        group = group_of(sagacity)
+        try:
+            gates = {name: (asyncio.Event(), asyncio.Event()) for name in ("first", "second")}
+
+            def work_for(name: str) -> Callable[[], Any]:
+                entered, go = gates[name]
+
+                async def work() -> None:
+                    entered.set()
+                    await go.wait()
+                    await tools["reserve"](name)
+
+                return work
+
+            tasks = {n: asyncio.create_task(sagacity.asaga(n, work_for(n))) for n in gates}
+            for entered, _ in gates.values():
+                await entered.wait()
+            blocking = ("blocker-0", "blocker-1", "blocker-2")
+            with writes_held(shared_store_url, sagacity, "first", new_sagas=blocking) as let_go:
+                # Keep every writer thread busy with an append the held lock keeps in flight.
+                gates["first"][1].set()
+                await until(lambda: group._in_flight > 0, "the first INTENT is in flight")
+                blockers: list[asyncio.Task[JournalEntry]] = []
+                while group._in_flight < group._max_writers:  # every writer thread busy
+                    blockers.append(
+                        asyncio.create_task(
+                            sagacity.journal.aappend(  # type: ignore[attr-defined]
+                                blocking[len(blockers)], Phase.INTENT, tool_name="blocker"
+                            )
+                        )
+                    )
+                    sent = len(blockers) + 1
+                    await until(lambda n=sent: group._in_flight >= n, "the blocker is in flight")
+                gates["second"][1].set()
+                await until(lambda: len(group._queue) == 1, "the second INTENT is queued")
+                tasks["second"].cancel()
+                await until(lambda: group._queue[0].future.cancelled(), "it is withdrawn")
+                let_go()
+                with pytest.raises(asyncio.CancelledError):
+                    await tasks["second"]
+                first = await tasks["first"]
+                await asyncio.gather(*blockers)
+            assert first.outcome is SagaOutcome.COMPLETED, repr(first.error)
+            assert ledger.ran == ["first"]
+            assert sagacity.journal.entries("second") == []
+        finally:
+            sagacity.close()
+
+
+class TestBatchSemantics:
+    @pytest.fixture
+    def journal(self, shared_store_url: str) -> Iterator[SideEffectJournal]:
+        sagacity = Sagacity.from_url(shared_store_url)
+        yield sagacity.journal
+        sagacity.close()
+
+    def test_a_refused_append_fails_alone_in_its_batch(self, journal: SideEffectJournal) -> None:
+        """A conflicting conditional append and a fenced one taken over fail alone.
+
+        The other appends of the same batch are committed, each saga's in order.
+        """
+        import datetime
+
+        from sagacity import AppendConflictError, LeaseLostError
+        from sagacity.journal._group import AppendRequest
+
+        now = datetime.datetime.now(datetime.UTC)
+        journal.append("a", Phase.INTENT)
+        stale = journal.acquire_lease("b", "w1", now=now, expires_at=now)
+        journal.acquire_lease("b", "w2", now=now, expires_at=now + datetime.timedelta(hours=1))
+        results = journal._group._many(  # type: ignore[attr-defined]
+            [
+                AppendRequest("a", Phase.EXECUTED, ref_seq=1, expected_seq=1),
+                AppendRequest("a", Phase.ENDED, expected_seq=1),  # seq 1 is no longer last
+                AppendRequest("b", Phase.INTENT, fence=stale),
+                AppendRequest("c", Phase.INTENT),
+                AppendRequest("a", Phase.ENDED, expected_seq=2),
+            ]
+        )
+        assert isinstance(results[1], AppendConflictError)
+        assert (results[1].expected_seq, results[1].found_seq) == (1, 2)
+        assert isinstance(results[2], LeaseLostError)
+        assert [(e.saga_id, e.seq) for e in results if isinstance(e, JournalEntry)] == [
+            ("a", 2),
+            ("c", 1),
+            ("a", 3),
+        ]
+        assert [e.phase for e in journal.entries("a")] == [
+            Phase.INTENT,
+            Phase.EXECUTED,
+            Phase.ENDED,
+        ]
+        assert journal.entries("b") == []
+        assert verify(journal).ok
