@@ -14,7 +14,11 @@ If the server's process dies, the proxy starts it again before the next call.
 listed keys of the call's arguments (all of them when no key is listed);
 `--irreversible TOOL` makes TOOL wait for approval whatever it declares;
 `--read-only TOOL` runs TOOL with nothing to undo; `--is-error TOOL=fail|retry|result`
-sets what an upstream `isError` result of TOOL does to the saga.
+sets what an upstream `isError` result of TOOL does to the saga; `--control-tools` also
+lists the tools `sagacity_compensate` and `sagacity_end`, so that a client that can call
+only tools can retry a saga's failed undos and end a saga (any client of this proxy may
+then end or compensate any saga of the database: turn it on for trusted clients only).
+A configuration the proxy refuses is printed on stderr, and the script exits with 1.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from mcp import Client, StdioServerParameters
 from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult
 
-from sagacity import Sagacity
+from sagacity import ConfigurationError, Sagacity
 from sagacity.integrations.mcp import Compensate, IsErrorPolicy, mcp_proxy
 
 
@@ -65,6 +69,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--read-only", action="append", default=[])
     parser.add_argument("--is-error", type=policy, action="append", default=[])
     parser.add_argument("--name", default="sagacity-proxy", help="the proxy's name to clients")
+    parser.add_argument(
+        "--control-tools",
+        action="store_true",
+        help="also list the tools sagacity_compensate and sagacity_end",
+    )
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
         parser.error("give the upstream server's command after --")
@@ -91,6 +100,7 @@ async def serve(arguments: argparse.Namespace) -> None:
         read_only=arguments.read_only,
         is_error=dict(arguments.is_error),
         name=arguments.name,
+        control_tools=arguments.control_tools,
     )
     try:
         async with stdio_server() as (read, write):
@@ -100,4 +110,7 @@ async def serve(arguments: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(parse()))
+    try:
+        asyncio.run(serve(parse()))
+    except ConfigurationError as error:
+        sys.exit(f"mcp_proxy_stdio.py: {error}")

@@ -31,23 +31,6 @@ from tests.integrations.mcp._shop import meta, text
 PROXY = ROOT / "examples" / "mcp_proxy_stdio.py"
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A git repository with one commit and an untracked file `a.txt`."""
-    require_module("mcp_server_git", "mcp-server-git")
-    path = tmp_path / "repo"
-    path.mkdir()
-    for command in (
-        ["init", "-q", "-b", "main"],
-        ["config", "user.email", "ops@example.com"],
-        ["config", "user.name", "Ops"],
-        ["commit", "-q", "--allow-empty", "-m", "start"],
-    ):
-        subprocess.run(["git", *command], cwd=path, check=True)
-    (path / "a.txt").write_text("a\n")
-    return path
-
-
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
         ["git", *args], cwd=repo, check=True, capture_output=True, text=True

@@ -14,10 +14,11 @@ result = await end_saga(sagacity, "order-123")                  # compensates if
 A saga spans many `tools/call` requests: each names it in `_meta["sagacity/saga_id"]`
 (and may name its call in `_meta["sagacity/call_id"]`), and it stays open until
 `end_saga` or a `sagacity/end` request ends it (`sagacity/compensate` retries the failed
-undos of an ended saga). Tools are registered as functions with
-their own signatures, below the place where MCP turns an exception into a generic
-`is_error` result, so the journal sees the raw exception. `mcp_proxy` puts an upstream
-server's tools under sagas, with compensations that call other upstream tools; given a
+undos of an ended saga; `control_tools=True` also lists both as the tools `sagacity_end`
+and `sagacity_compensate`, for clients that can call only tools). Tools are registered
+as functions with their own signatures, below the place where MCP turns an exception
+into a generic `is_error` result, so the journal sees the raw exception. `mcp_proxy` puts
+an upstream server's tools under sagas, with compensations that call other upstream tools; given a
 factory of clients it restarts a dead upstream before a call is journaled, and relays
 progress, sampling, elicitation, roots, logs and list changes. MCP has
 no native pause: an IRREVERSIBLE call answers the `[AWAITING_APPROVAL]` text, and once
@@ -35,6 +36,7 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
         "sagacity.integrations.mcp needs the MCP Python SDK 2.x: pip install 'sagacity[mcp]'"
     ) from error
 
+from sagacity.integrations.mcp._control import COMPENSATE_TOOL, END_TOOL, SagaEnding
 from sagacity.integrations.mcp._proxy import Compensate, mcp_proxy
 from sagacity.integrations.mcp._proxy_server import ProxyServer
 from sagacity.integrations.mcp._sagas import PROCESS_TOKEN, end_saga
@@ -65,7 +67,9 @@ __all__ = [
     "APPROVAL_META",
     "CALL_ID_META",
     "COMPENSATE_METHOD",
+    "COMPENSATE_TOOL",
     "END_METHOD",
+    "END_TOOL",
     "EXTENSION_ID",
     "PROCESS_TOKEN",
     "SAGA_ID_META",
@@ -76,6 +80,7 @@ __all__ = [
     "EndSagaResult",
     "IsErrorPolicy",
     "ProxyServer",
+    "SagaEnding",
     "SagaExtension",
     "SagaOf",
     "UpstreamFactory",

@@ -17,6 +17,7 @@ from mcp.types import CallToolResult, Tool
 from sagacity.annotations import Reversibility, compensable
 from sagacity.compensation import CompensationContext
 from sagacity.errors import ConfigurationError
+from sagacity.integrations.mcp._control import CONTROL_TOOLS, refuse_collisions
 from sagacity.integrations.mcp._proxy_server import ProxyServer
 from sagacity.integrations.mcp._upstream import (
     Connection,
@@ -83,6 +84,7 @@ async def mcp_proxy(
     reconnect_attempts: int = 3,
     reconnect_backoff: float = 0.25,
     elicit_approval: bool = True,
+    control_tools: bool = False,
 ) -> ProxyServer:
     """A server exposing `upstream`'s tools unchanged, each call journaled under a saga.
 
@@ -133,12 +135,18 @@ async def mcp_proxy(
         elicit_approval: Where the client can elicit, a call that waits for approval asks
             its user to answer once an approver has approved, and then runs (the journal's
             APPROVED entry decides, never the answer).
+        control_tools: Also list the tools `sagacity_compensate` and `sagacity_end`,
+            which do what the `sagacity/compensate` and `sagacity/end` requests do, for
+            clients that can call only tools. Off by default: a model can call a listed
+            tool, and any client of the proxy may then end or compensate any saga id of
+            the journal.
 
     Raises:
         ConfigurationError: A configured name is not an upstream tool, a tool is both
             compensated and irreversible, two tools map to one journal name, a journal
             name is taken by another upstream server or another open connection, or an
-            `is_error` policy is not one of `"fail"`, `"retry"`, `"result"`.
+            `is_error` policy is not one of `"fail"`, `"retry"`, `"result"`, or (with
+            `control_tools`) an upstream tool has a control tool's name.
         UpstreamUnavailableError: The factory's client could not be opened.
     """
     if reconnect_attempts < 1:
@@ -162,6 +170,7 @@ async def mcp_proxy(
             read_only=set(read_only),
             is_error=dict(is_error or {}),
             prefix=prefix,
+            control_tools=control_tools,
         )
         await tools.refresh(client, check=True)
     except BaseException:
@@ -192,6 +201,7 @@ class ProxiedTools:
         read_only: set[str],
         is_error: dict[str, IsErrorPolicy],
         prefix: str,
+        control_tools: bool = False,
     ) -> None:
         self.sagacity = sagacity
         self.connection = connection
@@ -204,6 +214,10 @@ class ProxiedTools:
         """The upstream's tools, exactly as it lists them."""
         self.wrapped: dict[str, SagaTool] = {}
         """Upstream tool name → its journaled tool."""
+        self.control_tools = control_tools
+        """Whether `sagacity_compensate` and `sagacity_end` are listed after the upstream's."""
+        self.collisions: list[str] = []
+        """Upstream tools, listed since the proxy was built, named as a control tool."""
 
     async def refresh_open(self) -> None:
         """List the tools again through the open client (after a reconnect or a change)."""
@@ -214,9 +228,17 @@ class ProxiedTools:
 
         Raises:
             ConfigurationError: (with `check`) the configuration names a tool the upstream
-                does not offer; (always) a journal name clashes.
+                does not offer, or an upstream tool has a control tool's name; (always) a
+                journal name clashes.
         """
         listed = await _list_tools(client)
+        if self.control_tools:
+            names = [tool.name for tool in listed]
+            if check:
+                refuse_collisions(names, "mcp_proxy: the upstream server")
+            # Listed later (a tools/list_changed): tools/list and a call of the name
+            # are refused until the upstream drops the tool again.
+            self.collisions = sorted(set(names) & set(CONTROL_TOOLS))
         if check:
             _check_configuration(
                 {tool.name for tool in listed},

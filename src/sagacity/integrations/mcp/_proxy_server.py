@@ -31,9 +31,15 @@ from mcp.types import (
     PaginatedRequestParams,
     ReadResourceRequestParams,
     ReadResourceResult,
+    Tool,
 )
 
 from sagacity.errors import SagacityError
+from sagacity.integrations.mcp._control import (
+    CONTROL_TOOLS,
+    call_control_tool,
+    control_tools_listed,
+)
 from sagacity.integrations.mcp._sagas import (
     ToolCall,
     handle_compensate_request,
@@ -180,7 +186,7 @@ class _Handlers:
         self.sagas = open_sagas(sagacity)
 
     def input_schema(self, tool: str) -> dict[str, Any] | None:
-        for listed in self.proxied.listed:
+        for listed in self._listed():
             if listed.name == tool:
                 return listed.input_schema
         return None
@@ -202,9 +208,42 @@ class _Handlers:
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> ListToolsResult:
-        """The upstream's tools as it lists them; an MCP error while it is down."""
+        """The upstream's tools as it lists them; an MCP error while it is down.
+
+        With control tools, `sagacity_compensate` and `sagacity_end` follow; an upstream
+        that has come to list a tool of either name since the proxy was built is
+        refused with an MCP error naming it, rather than either tool being hidden.
+        """
         await self._upstream(ctx)
-        return ListToolsResult(tools=self.proxied.listed)
+        if self.proxied.collisions:
+            raise MCPError(code=INTERNAL_ERROR, message=self._collision_message())
+        return ListToolsResult(tools=self._listed())
+
+    def _listed(self) -> list[Tool]:
+        if not self.proxied.control_tools:
+            return self.proxied.listed
+        return [*self.proxied.listed, *control_tools_listed()]
+
+    def _collision_message(self) -> str:
+        names = ", ".join(map(repr, self.proxied.collisions))
+        return (
+            f"the upstream server now lists a tool named {names}, the name of a control tool "
+            "the proxy adds (control_tools=True); a client could not tell them apart, so "
+            "neither is listed or called. Rename the upstream tool, or turn control_tools off"
+        )
+
+    async def control_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
+    ) -> CallToolResult:
+        """A call of a control tool: the request's handler, outside any saga, unjournaled."""
+        if self.proxied.collisions:
+            return error_result(f"tool {params.name!r}: {self._collision_message()}")
+        self.connection.note_session(ctx.session)
+        token = downstream(ctx.session)  # the undos' upstream requests reach this client
+        try:
+            return await call_control_tool(self.sagacity, params.name, params.arguments)
+        finally:
+            serving_session.reset(token)
 
     async def end(
         self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
@@ -224,6 +263,8 @@ class _Handlers:
     async def call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> CallToolResult:
+        if self.proxied.control_tools and params.name in CONTROL_TOOLS:
+            return await self.control_tool(ctx, params)
         tool = self.proxied.wrapped.get(params.name)
         if tool is None or params.name not in {t.name for t in self.proxied.listed}:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {params.name}")

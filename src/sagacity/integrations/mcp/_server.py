@@ -15,6 +15,12 @@ from mcp.server.mcpserver.utilities.context_injection import find_context_parame
 from mcp.types import CallToolRequestParams, CallToolResult
 
 from sagacity.errors import SagacityError
+from sagacity.integrations.mcp._control import (
+    CONTROL_TOOLS,
+    call_control_tool,
+    control_tool_bindings,
+    refuse_collisions,
+)
 from sagacity.integrations.mcp._sagas import (
     current_tool_call,
     handle_compensate_request,
@@ -57,24 +63,43 @@ class SagaExtension(Extension):
         *sources: Objects with `compensable` methods, or functions, as for
             `Sagacity.wrap`; or `SagaTool`s already wrapped by `sagacity`.
         saga_of: Picks the saga of a call; by default `_meta["sagacity/saga_id"]`.
+        control_tools: Also list the tools `sagacity_compensate` and `sagacity_end`,
+            which do what the requests do for clients that can call only tools. Off by
+            default: a model can call a listed tool, and any caller may then end or
+            compensate any saga of the journal.
+
+    Raises:
+        ConfigurationError: With `control_tools`, a tool of `sources` has a control
+            tool's name.
     """
 
     identifier = EXTENSION_ID
 
-    def __init__(self, sagacity: Sagacity, *sources: object, saga_of: SagaOf | None = None) -> None:
+    def __init__(
+        self,
+        sagacity: Sagacity,
+        *sources: object,
+        saga_of: SagaOf | None = None,
+        control_tools: bool = False,
+    ) -> None:
         self.sagacity = sagacity
         self.saga_tools: list[SagaTool] = sagacity.wrap(*sources)
         """The journaled tools this extension registers."""
+        self.control_tools = control_tools
+        """Whether `sagacity_compensate` and `sagacity_end` are listed and answered."""
+        if control_tools:
+            refuse_collisions([tool.name for tool in self.saga_tools], "mcp_server")
         self._saga_of = saga_of or saga_from_meta
         self._sagas = open_sagas(sagacity)
         sagacity.add_classifier(classify_mcp_error)
 
     def tools(self) -> Sequence[ToolBinding]:
-        """The wrapped tools, each registered under its sagacity name."""
-        return [
+        """The wrapped tools, each registered under its sagacity name; the control tools."""
+        wrapped = [
             ToolBinding(fn=tool_function(tool), kwargs={"name": tool.name})
             for tool in self.saga_tools
         ]
+        return [*wrapped, *control_tool_bindings()] if self.control_tools else wrapped
 
     def methods(self) -> Sequence[MethodBinding]:
         """The `sagacity/end` and `sagacity/compensate` requests."""
@@ -90,6 +115,10 @@ class SagaExtension(Extension):
         call_next: CallNext,
     ) -> HandlerResult:
         """Run the call inside the saga its request names; outside any saga otherwise."""
+        if self.control_tools and params.name in CONTROL_TOOLS:
+            # Answered here, outside any saga: joining the saga it names would journal
+            # it as one of the saga's calls, and ending would wait for itself.
+            return await call_control_tool(self.sagacity, params.name, params.arguments)
         try:
             saga_id = self._saga_of(ctx, params)
             call_id = call_id_from_meta(params)
@@ -123,6 +152,7 @@ def mcp_server(
     *sources: object,
     name: str | None = None,
     saga_of: SagaOf | None = None,
+    control_tools: bool = False,
     **options: Any,
 ) -> MCPServer[Any]:
     """An `MCPServer` exposing the wrapped tools of `sources`, journaled under sagas.
@@ -139,9 +169,15 @@ def mcp_server(
         *sources: As for `Sagacity.wrap`, or `SagaTool`s.
         name: The server's name.
         saga_of: Picks the saga of a call; by default `_meta["sagacity/saga_id"]`.
+        control_tools: Also list `sagacity_compensate` and `sagacity_end` (see
+            `SagaExtension`); off by default.
         **options: Passed on to `MCPServer`; `extensions=` are kept, after sagacity's.
+
+    Raises:
+        ConfigurationError: With `control_tools`, a tool of `sources` has a control
+            tool's name.
     """
-    extension = SagaExtension(sagacity, *sources, saga_of=saga_of)
+    extension = SagaExtension(sagacity, *sources, saga_of=saga_of, control_tools=control_tools)
     extensions = [extension, *options.pop("extensions", ())]
     return MCPServer(name, extensions=extensions, **options)
 
