@@ -1,7 +1,13 @@
-"""`sagacity demo`: a compensated order saga, and a wire transfer that waits for approval."""
+"""`sagacity demo`: a compensated order saga, an approved wire, and a wire left to approve.
+
+`OrderTools` is importable, and made with no arguments, so that the process that runs
+the wire left waiting (`sagacity resume wire-1003 --tools sagacity._demo:OrderTools`)
+wraps the same tools the demo did.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +20,7 @@ from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity, SagaResult
 from sagacity.tools import SagaTool
 
-__all__ = ["is_demo_journal", "run_demo"]
+__all__ = ["OrderTools", "is_demo_journal", "run_demo"]
 
 
 class CourierDown(RuntimeError):
@@ -24,7 +30,7 @@ class CourierDown(RuntimeError):
 class OrderTools:
     """A shop's tools: stock, payments, dispatch and wires, each printing what it does."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
+    def __init__(self, say: Callable[[str], None] = print) -> None:
         self.say = say
 
     @compensable(by="release_inventory")
@@ -61,11 +67,15 @@ class OrderTools:
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     def send_wire_transfer(self, amount: str, to: str) -> str:
         """Send a wire transfer; it cannot be recalled."""
-        self.say(f"    bank: wired {amount} to {to} as wt-5521")
-        return "wt-5521"
+        reference = "wt-" + hashlib.sha256(f"{amount}|{to}".encode()).hexdigest()[:4]
+        self.say(f"    bank: wired {amount} to {to} as {reference}")
+        return reference
 
 
-_DEMO_SAGAS = {"order-1001", "wire-1002"}
+PENDING_WIRE = "wire-1003"
+"""The saga the demo leaves waiting for approval, for the inbox to show."""
+_LEGACY_SAGAS = {"order-1001", "wire-1002"}
+"""The sagas of a demo journal written before the marker existed."""
 _MARKER = "demo_journal"
 """The `sagacity_meta` key that marks a file the demo created, and may replace."""
 
@@ -78,17 +88,21 @@ def is_demo_journal(database: Path) -> bool:
         return False
     try:
         row = conn.execute("SELECT value FROM sagacity_meta WHERE key = ?", (_MARKER,)).fetchone()
-        # A demo journal written before the marker existed holds the demo's sagas only.
+        # A demo journal written before the marker existed holds the demo's sagas only
+        # (and perhaps the wire its docs asked for by hand).
         sagas = {r[0] for r in conn.execute("SELECT DISTINCT saga_id FROM sagacity_journal")}
     except sqlite3.Error:  # not SQLite, or no sagacity tables: not ours
         return False
     finally:
         conn.close()
-    return row is not None or sagas == _DEMO_SAGAS
+    return row is not None or sagas in (_LEGACY_SAGAS, _LEGACY_SAGAS | {PENDING_WIRE})
 
 
 def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool = False) -> bool:
-    """Run both sagas on a fresh SQLite file at `database`; return whether the chain verifies.
+    """Run the demo's sagas on a fresh SQLite file; return whether the chain verifies.
+
+    The order saga is compensated, wire-1002 is approved and run, and wire-1003 is left
+    waiting for a human's approval (the approval inbox shows it).
 
     A file already there is replaced only when the demo created it (it carries the demo
     marker in `sagacity_meta`), or with `force`.
@@ -114,6 +128,7 @@ def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool 
         tools = {tool.name: tool for tool in sagacity.wrap(OrderTools(say))}
         _order_saga(sagacity, tools, say)
         _wire_saga(sagacity, tools, say)
+        _pending_wire(sagacity, tools, say)
         report = verify(sagacity.journal)
         say("")
         say(
@@ -121,6 +136,11 @@ def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool 
             + ("chain intact" if report.ok else f"PROBLEMS: {report.problems}")
         )
         say(f"journal: {database}  (try: sagacity show order-1001 --database {database})")
+        say(f"approve {PENDING_WIRE} in the inbox (README: Approve in the browser), then run it:")
+        say(
+            f"  sagacity resume {PENDING_WIRE} --database {database} "
+            "--tools sagacity._demo:OrderTools"
+        )
         return report.ok
     finally:
         sagacity.close()
@@ -154,6 +174,20 @@ def _wire_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[st
     say(f"  approver alice@treasury reviews {request.input} sha256 {request.input_sha256[:12]}…")
     sagacity.approve("wire-1002", approver="alice@treasury", expected_sha256=request.input_sha256)
     _report(sagacity, sagacity.resume_saga("wire-1002"), say)
+
+
+def _pending_wire(
+    sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[str], None]
+) -> None:
+    say("")
+    say(f"saga {PENDING_WIRE}: an IRREVERSIBLE wire transfer, left for you to approve")
+    waiting = sagacity.saga(
+        PENDING_WIRE,
+        lambda: tools["send_wire_transfer"](amount="980.00 EUR", to="FR76 3000 6000"),
+        started_by="shop-agent",
+    )
+    request = waiting.pending[0]
+    say(f"  outcome: {waiting.outcome.value}  {request.input} sha256 {request.input_sha256[:12]}…")
 
 
 def _report(sagacity: Sagacity, result: SagaResult, say: Callable[[str], None]) -> None:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from sagacity import Phase, Sagacity
 from sagacity.cli import main
-from tests.cli._run import run_cli
+from tests.cli._run import restore_triggers_after, run_cli
 
 
 class TestDemo:
-    def test_demo_compensates_then_approves(self, tmp_path: Path) -> None:
-        """The order saga is compensated in reverse order; the wire waits, then runs once."""
+    def test_demo_compensates_approves_and_leaves_one_waiting(self, tmp_path: Path) -> None:
+        """The order is compensated in reverse; wire-1002 runs once; wire-1003 waits."""
         database = tmp_path / "demo.db"
         done = run_cli("demo", "--database", str(database))
         assert done.returncode == 0, done.stderr
@@ -21,12 +23,14 @@ class TestDemo:
         assert out.index("refunded ch_1M2n3") < out.index("released res-8891")
         assert "outcome: AWAITING_APPROVAL" in out
         assert out.count("wired 12500.00 EUR") == 1
-        assert "verify: 2 sagas, 16 entries, chain intact" in out
+        assert "verify: 3 sagas, 17 entries, chain intact" in out
 
         sagacity = Sagacity.from_url(f"sqlite:///{database}")
         try:
             order = [(e.phase, e.tool_name) for e in sagacity.journal.entries("order-1001")]
             wire = [e.phase for e in sagacity.journal.entries("wire-1002")]
+            left = [e.phase for e in sagacity.journal.entries("wire-1003")]
+            (waiting,) = sagacity.pending()
         finally:
             sagacity.close()
         assert order[-5:] == [
@@ -43,13 +47,23 @@ class TestDemo:
             Phase.EXECUTED,
             Phase.ENDED,
         ]
+        assert left == [Phase.AWAITING_APPROVAL]
+        assert (waiting.saga_id, waiting.tool_name) == ("wire-1003", "send_wire_transfer")
+        assert waiting.input == {"amount": "980.00 EUR", "to": "FR76 3000 6000"}
+        assert "wired 980.00 EUR" not in out
+        assert out.endswith(
+            f"journal: {database}  (try: sagacity show order-1001 --database {database})\n"
+            "approve wire-1003 in the inbox (README: Approve in the browser), then run it:\n"
+            f"  sagacity resume wire-1003 --database {database} "
+            "--tools sagacity._demo:OrderTools\n"
+        )
 
     def test_make_demo_twice_in_a_fresh_directory(self, tmp_path: Path) -> None:
         """What `make demo` runs works on a fresh clone and on a second run."""
         for _ in range(2):
             done = run_cli("demo", "--database", "sagacity-demo.db", cwd=tmp_path)
             assert done.returncode == 0, done.stderr
-            assert "verify: 2 sagas, 16 entries, chain intact" in done.stdout
+            assert "verify: 3 sagas, 17 entries, chain intact" in done.stdout
         assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == [
             "sagacity-demo.db"
         ]
@@ -93,13 +107,40 @@ class TestDemo:
         assert done.stderr == f"sagacity demo: {tmp_path} is a directory, not a demo journal\n"
         assert tmp_path.is_dir()
 
-    def test_a_demo_journal_from_before_the_marker_is_replaced(self, tmp_path: Path) -> None:
-        """A checkout's old demo file (the demo's two sagas, no marker) does not block make demo."""
+    @pytest.mark.parametrize("by_hand", [False, True], ids=["two-sagas", "with-wire-1003"])
+    def test_a_demo_journal_from_before_the_marker_is_replaced(
+        self, tmp_path: Path, by_hand: bool
+    ) -> None:
+        """An old demo file, with no marker, does not block make demo.
+
+        It holds the demo's two sagas, perhaps with the wire its docs had one add by hand.
+        """
         database = tmp_path / "sagacity-demo.db"
         assert main(["demo", "--database", str(database)]) == 0
-        conn = sqlite3.connect(database)
-        conn.execute("DELETE FROM sagacity_meta WHERE key = 'demo_journal'")
-        conn.commit()
-        conn.close()
+        statements = ["DELETE FROM sagacity_meta WHERE key = 'demo_journal'"]
+        if not by_hand:
+            statements.append("DELETE FROM sagacity_journal WHERE saga_id = 'wire-1003'")
+        restore_triggers_after(database, *statements)
+        assert not by_hand or _sagas(database) == {"order-1001", "wire-1002", "wire-1003"}
         done = run_cli("demo", "--database", str(database))
         assert done.returncode == 0, done.stderr
+        assert _sagas(database) == {"order-1001", "wire-1002", "wire-1003"}
+
+    def test_a_journal_with_one_more_saga_is_not_the_demo_s(self, tmp_path: Path) -> None:
+        """Without the marker, a journal holding a saga the demo never wrote is refused."""
+        database = tmp_path / "sagacity-demo.db"
+        assert main(["demo", "--database", str(database)]) == 0
+        restore_triggers_after(database, "DELETE FROM sagacity_meta WHERE key = 'demo_journal'")
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        sagacity.journal.append("payroll-7", Phase.INTENT, payload={"real": True})
+        sagacity.close()
+        assert run_cli("demo", "--database", str(database)).returncode == 2
+        assert "payroll-7" in _sagas(database)
+
+
+def _sagas(database: Path) -> set[str]:
+    conn = sqlite3.connect(database)
+    try:
+        return {r[0] for r in conn.execute("SELECT DISTINCT saga_id FROM sagacity_journal")}
+    finally:
+        conn.close()

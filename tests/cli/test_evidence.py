@@ -75,7 +75,7 @@ class TestCheckpoint:
         ok = run_cli("verify", *arguments)
         assert ok.returncode == 0, ok.stdout
         created_at = path.read_text().splitlines()[1].split(" ")[1]
-        assert ok.stdout == f"2 sagas, 16 entries against checkpoint {created_at}: OK\n"
+        assert ok.stdout == f"3 sagas, 17 entries against checkpoint {created_at}: OK\n"
 
         restore_triggers_after(
             demo_db, "DELETE FROM sagacity_journal WHERE saga_id = 'order-1001' AND seq > 8"

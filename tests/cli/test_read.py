@@ -120,7 +120,7 @@ class TestVerifyAndExport:
     def test_verify_ok_and_broken(self, demo_db: str) -> None:
         """Exit 0 on the demo journal; 1 naming saga and seq once a row is edited."""
         ok = run_cli("verify", "--database", demo_db)
-        assert (ok.returncode, ok.stdout) == (0, "2 sagas, 16 entries: OK\n")
+        assert (ok.returncode, ok.stdout) == (0, "3 sagas, 17 entries: OK\n")
         restore_triggers_after(
             demo_db,
             'UPDATE sagacity_journal SET payload = \'{"result":"ch_FORGED"}\' '
@@ -143,7 +143,7 @@ class TestVerifyAndExport:
         assert broken.returncode == 1, broken.stderr
         assert broken.stdout.splitlines() == [
             "saga 'order-1001' seq 4: unreadable row: phase 'BOGUS' is not a phase",
-            "2 sagas, 9 entries: 1 broken",  # order-1001's seqs 1-4, wire-1002's 5
+            "3 sagas, 10 entries: 1 broken",  # order-1001's 1-4, wire-1002's 5, wire-1003's 1
         ]
         assert broken.stderr == ""
         assert run_cli("verify", "--database", demo_db, "--saga", "wire-1002").returncode == 0
@@ -160,9 +160,9 @@ class TestVerifyAndExport:
         out = tmp_path / "journal.jsonl"
         done = run_cli("export", "--database", demo_db, "--output", str(out))
         assert done.returncode == 0, done.stderr
-        assert done.stderr == f"exported 16 entries to {out}\n"
+        assert done.stderr == f"exported 17 entries to {out}\n"
         rows = [json.loads(line) for line in out.read_text().splitlines()]
-        assert len(rows) == 16
+        assert len(rows) == 17
         assert [r["seq"] for r in rows if r["saga_id"] == "wire-1002"] == [1, 2, 3, 4, 5]
         assert all(len(r["hash"]) == 64 for r in rows)
         assert run_cli("export", "--json", "--database", demo_db).stdout == out.read_text()
@@ -235,6 +235,8 @@ class TestListings:
         assert first[:3] == ["order-1001", "COMPENSATED", "11"]
         assert first[-2:] == ["0", "0"]
         assert lines[2].split()[:3] == ["wire-1002", "COMPLETED", "5"]
+        assert lines[3].split()[:3] == ["wire-1003", "AWAITING_APPROVAL", "1"]
+        assert lines[3].split()[-2:] == ["1", "0"]  # one request pending
         only = run_cli("sagas", "--status", "completed", "--database", demo_db).stdout
         assert [line.split()[0] for line in only.splitlines()[1:]] == ["wire-1002"]
         limited = run_cli("sagas", "--limit", "1", "--database", demo_db).stdout
@@ -246,7 +248,9 @@ class TestListings:
         assert [(d["saga_id"], d["status"], d["entries"]) for d in documents] == [
             ("order-1001", "COMPENSATED", 11),
             ("wire-1002", "COMPLETED", 5),
+            ("wire-1003", "AWAITING_APPROVAL", 1),
         ]
+        assert documents[2]["started_by"] == "shop-agent"
         assert set(documents[0]) == {
             "saga_id", "status", "entries", "first_at", "last_at", "pending", "in_doubt",
             "started_by", "problem",
@@ -434,7 +438,7 @@ class TestHostileText:
         listed = run_cli("sagas", "--database", demo_db).stdout
         assert "\x1b" not in listed
         lines = listed.splitlines()
-        assert len(lines) == 3  # the header, order-1001, the hostile one: no forged row
+        assert len(lines) == 4  # header, order-1001, the hostile one, wire-1003: no forged row
         assert cells(lines[1])[:2] == ["order-1001", "COMPENSATED"]
         assert lines[2].startswith("wire-1002\\nforged-9  COMPLETED\\x1b[2J[bold red]ok[/]  ")
         shown = run_cli("show", hostile, "--database", demo_db).stdout
