@@ -36,8 +36,9 @@ browser:
 	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || echo "chromium is not installed: the browser tests will skip (and fail under CI=true)"
 
+# Three workers on two cores: many tests wait on subprocesses, servers and a browser.
 test: lint types browser
-	$(BIN)/pytest
+	$(BIN)/pytest -n 3 --dist loadfile
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site

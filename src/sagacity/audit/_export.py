@@ -11,9 +11,9 @@ import orjson
 from sagacity.audit._verify import iter_entries
 from sagacity.journal import JournalEntry, SideEffectJournal
 
-__all__ = ["export_csv", "export_jsonl", "read_jsonl"]
+__all__ = ["CSV_FIELDS", "csv_row", "export_csv", "export_jsonl", "read_jsonl"]
 
-_FIELDS = [
+CSV_FIELDS = [
     "saga_id",
     "seq",
     "phase",
@@ -25,6 +25,13 @@ _FIELDS = [
     "prev_hash",
     "hash",
 ]
+
+
+def csv_row(entry: JournalEntry) -> list[object]:
+    """One entry as a CSV row in `CSV_FIELDS` order, the payload as JSON text."""
+    row = entry.to_json()
+    row["payload"] = orjson.dumps(row["payload"]).decode()
+    return [row[field] for field in CSV_FIELDS]
 
 
 def _source(journal: SideEffectJournal, saga_id: str | None) -> Iterable[JournalEntry]:
@@ -85,11 +92,9 @@ def export_csv(
     `progress` is as for `export_jsonl`.
     """
     writer = csv.writer(out)
-    writer.writerow(_FIELDS)
+    writer.writerow(CSV_FIELDS)
     count = 0
     for entry in _counted(_source(journal, saga_id), progress):
-        row = entry.to_json()
-        row["payload"] = orjson.dumps(row["payload"]).decode()
-        writer.writerow([row[field] for field in _FIELDS])
+        writer.writerow(csv_row(entry))
         count += 1
     return count

@@ -22,6 +22,7 @@ from sagacity._ids import require_id
 from sagacity._summary import list_doubts, list_summaries, summarize
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
+from sagacity.audit._export import CSV_FIELDS, csv_row
 from sagacity.errors import (
     ApprovalNotFoundError,
     ConfigurationError,
@@ -63,19 +64,6 @@ SagaIdQuery = Annotated[str | None, Query(description="only this saga", **_ID)]
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
 Approver = Annotated[Principal, Depends(require(APPROVER))]
 Operator = Annotated[Principal, Depends(require(OPERATOR))]
-
-_FIELDS = [
-    "saga_id",
-    "seq",
-    "phase",
-    "tool_name",
-    "call_id",
-    "ref_seq",
-    "payload",
-    "recorded_at",
-    "prev_hash",
-    "hash",
-]
 
 
 _RFC3339 = re.compile(
@@ -334,11 +322,9 @@ def _jsonl(entries: Iterator[JournalEntry]) -> Iterator[bytes]:
 def _csv(entries: Iterator[JournalEntry]) -> Iterator[str]:
     buffer = io.StringIO()
     writer = csv.writer(buffer)
-    writer.writerow(_FIELDS)
+    writer.writerow(CSV_FIELDS)
     for entry in entries:
-        row = entry.to_json()
-        row["payload"] = orjson.dumps(row["payload"]).decode()
-        writer.writerow([row[field] for field in _FIELDS])
+        writer.writerow(csv_row(entry))
         if buffer.tell() > 64 * 1024:
             yield buffer.getvalue()
             buffer.seek(0)
