@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,10 @@ from sagacity import Phase, Reversibility, Sagacity, compensable
 from sagacity.server import Principal, TokenAuth, create_app
 from sagacity.server._ui_inbox import pretty_json
 from sagacity.server._ui_sessions import SessionStore
+from sagacity.workflows import WorkflowRuntime
 from tests.server._bank import Bank, start_wire
+from tests.workflows._refund import REQUEST as REFUND_REQUEST
+from tests.workflows._refund import Ledger, RefundRequest, RefundWorkflow
 
 UI = "/sagacity/ui"
 PRINCIPALS = {
@@ -849,3 +854,197 @@ class TestLiveUpdates:
                 lines = stream.iter_lines()
                 seen = [next(lines) for _ in range(4)]
         assert "event: changed" in seen
+
+
+REFUND = "refund-1"
+
+
+@pytest.fixture
+def refunds(sagacity: Sagacity, tmp_path: Path) -> tuple[WorkflowRuntime, Ledger]:
+    """The refund workflow's runtime, built in the server's process on the served Sagacity."""
+    ledger = Ledger(tmp_path / "ledger.txt")
+    runtime = WorkflowRuntime(sagacity, [RefundWorkflow(ledger)])
+    return runtime, ledger
+
+
+def flow_of(page: str) -> list[tuple[str, str]]:
+    """The stage flow a request page shows: (stage, status), in the order shown."""
+    found = re.findall(
+        r'data-stage="([^"]*)"><code>[^<]*</code>(?: \(gated\))?: '
+        r'<span class="stage-status">([^<]*)</span>',
+        page,
+    )
+    return [(html.unescape(name), status) for name, status in found]
+
+
+class TestWorkflowGates:
+    def test_a_gate_is_listed_by_workflow_and_stage_beside_a_tool_approval(
+        self,
+        app_client: TestClient,
+        sagacity: Sagacity,
+        bank: Bank,
+        refunds: tuple[WorkflowRuntime, Ledger],
+    ) -> None:
+        """The queue shows the gate as kind gate, named by workflow and stage, not a tool."""
+        start_wire(sagacity, bank, "tool-1", amount="10.00", to="FR76")
+        refunds[0].start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = refunds[0].pending_gates()
+        sign_in(app_client, "tok-ada")
+        page = app_client.get(f"{UI}/").text
+        rows = re.findall(r'<tr class="item[^"]*" data-request="([^"]+)">(.*?)</tr>', page, re.S)
+        kinds = {rid: re.findall(r'<span class="kind">([^<]*)</span>', row) for rid, row in rows}
+        assert kinds[gate.request_id] == ["gate"]
+        assert kinds[only_request(sagacity, "tool-1").request_id] == ["tool"]
+        (gate_row,) = [row for rid, row in rows if rid == gate.request_id]
+        assert '<span class="workflow">refund-request</span>' in gate_row
+        assert '<span class="stage">wire</span>' in gate_row
+        assert "refund-request.wire" not in gate_row
+        assert '<span class="count">2</span>' in page
+
+    def test_the_gate_page_shows_the_run_stage_flow_in_order(
+        self, app_client: TestClient, refunds: tuple[WorkflowRuntime, Ledger]
+    ) -> None:
+        """Each stage in order with its status; the exact value and its hash are shown."""
+        refunds[0].start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = refunds[0].pending_gates()
+        sign_in(app_client, "tok-ada")
+        page = app_client.get(f"{UI}/requests/{gate.request_id}").text
+        assert flow_of(page) == [
+            ("reserve_funds", "done"),
+            ("wire", "waiting at the gate"),
+            ("notify", "not started"),
+        ]
+        assert 'id="run-status">PAUSED_AT_GATE' in page
+        assert 'class="stage current" data-stage="wire"' in page
+        assert f'name="sha256" value="{gate.input_sha256}"' in page
+        assert "DE89370400440532013000" in page
+
+    def test_approving_a_gate_journals_the_principal_and_the_shown_hash_then_resume_runs_on(
+        self,
+        app_client: TestClient,
+        sagacity: Sagacity,
+        refunds: tuple[WorkflowRuntime, Ledger],
+    ) -> None:
+        """The gate's approval is the core one, bound to the hash; an operator resumes the run."""
+        runtime, ledger = refunds
+        runtime.start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = runtime.pending_gates()
+        csrf = sign_in(app_client, "tok-ada")
+        page = app_client.get(f"{UI}/requests/{gate.request_id}").text
+        shown = re.search(r'name="sha256" value="([0-9a-f]{64})"', page)
+        assert shown is not None
+        response = app_client.post(
+            f"{UI}/requests/approve",
+            data={"csrf": csrf, "request_id": gate.request_id, "sha256": shown.group(1)},
+        )
+        assert response.status_code == 200, response.text
+        approved = sagacity.history(REFUND)[-1]
+        assert approved.phase is Phase.APPROVED
+        assert approved.payload["approver"] == "ada"
+        assert approved.payload["input_sha256"] == gate.input_sha256 == shown.group(1)
+        assert ("wire", "approved") in flow_of(response.text)
+        assert f'action="{UI}/workflows/resume"' in response.text
+        assert ledger.lines() == ["reserve A-17 120.00"]  # approving runs nothing
+        response = app_client.post(f"{UI}/workflows/resume", data={"csrf": csrf, "run_id": REFUND})
+        assert response.status_code == 200, response.text
+        assert "Resumed by ada: COMPLETED." in response.text
+        assert ledger.lines() == [
+            "reserve A-17 120.00",
+            "wire 120.00 to DE89370400440532013000",
+            "notify wire-A-17",
+        ]
+        assert runtime.get(REFUND).status.value == "COMPLETED"
+
+    def test_a_stale_hash_approves_no_gate(
+        self,
+        app_client: TestClient,
+        sagacity: Sagacity,
+        refunds: tuple[WorkflowRuntime, Ledger],
+    ) -> None:
+        """A hash other than the gate's journals nothing, as for a tool."""
+        refunds[0].start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = refunds[0].pending_gates()
+        csrf = sign_in(app_client, "tok-ada")
+        before = phases(sagacity, REFUND)
+        response = app_client.post(
+            f"{UI}/requests/approve",
+            data={"csrf": csrf, "request_id": gate.request_id, "sha256": "0" * 64},
+        )
+        assert response.status_code == 403, response.text
+        assert "ApprovalHashMismatchError" in response.text
+        assert phases(sagacity, REFUND) == before
+
+    def test_a_gate_is_not_edited_from_the_inbox(
+        self,
+        app_client: TestClient,
+        sagacity: Sagacity,
+        refunds: tuple[WorkflowRuntime, Ledger],
+    ) -> None:
+        """A gate's value is the previous stage's output: no edit form, and a forged post is 409."""
+        refunds[0].start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = refunds[0].pending_gates()
+        csrf = sign_in(app_client, "tok-ada")
+        page = app_client.get(f"{UI}/requests/{gate.request_id}").text
+        assert f'action="{UI}/requests/edit"' not in page
+        before = phases(sagacity, REFUND)
+        response = app_client.post(
+            f"{UI}/requests/edit",
+            data={"csrf": csrf, "request_id": gate.request_id, "input": '{"reservation": {}}'},
+        )
+        assert response.status_code == 409, response.text
+        assert "the gate before stage &#39;wire&#39;" in response.text
+        assert phases(sagacity, REFUND) == before
+
+    def test_without_a_runtime_the_flow_comes_from_the_journal(
+        self, db_url: str, sagacity: Sagacity, refunds: tuple[WorkflowRuntime, Ledger]
+    ) -> None:
+        """A server with no runtime still names the gate and shows the stages reached."""
+        refunds[0].start("refund-request", REFUND_REQUEST, run_id=REFUND)
+        (gate,) = refunds[0].pending_gates()
+        elsewhere = Sagacity.from_url(db_url)  # another process's view: no runtime on it
+        try:
+            app = create_app(elsewhere, TokenAuth.from_tokens(PRINCIPALS))
+            with TestClient(app) as client:
+                csrf = sign_in(client, "tok-ada")
+                queue = client.get(f"{UI}/").text
+                assert '<span class="workflow">refund-request</span>' in queue
+                page = client.get(f"{UI}/requests/{gate.request_id}").text
+                assert flow_of(page) == [("reserve_funds", "done"), ("wire", "waiting at the gate")]
+                assert "stages not reached yet are not known here" in page
+                response = client.post(
+                    f"{UI}/requests/approve",
+                    data={"csrf": csrf, "request_id": gate.request_id, "sha256": gate.input_sha256},
+                )
+                assert response.status_code == 200, response.text
+                assert "continues with resume where it is registered" in response.text
+                assert f'action="{UI}/workflows/resume"' not in response.text
+                refused = client.post(
+                    f"{UI}/workflows/resume", data={"csrf": csrf, "run_id": REFUND}
+                )
+                assert refused.status_code == 409
+                assert "not registered in this server" in refused.text
+        finally:
+            elsewhere.close()
+        assert sagacity.history(REFUND)[-1].payload["approver"] == "ada"
+        assert refunds[0].resume(REFUND).status.value == "COMPLETED"
+
+    def test_a_hostile_run_id_and_value_are_escaped(
+        self, app_client: TestClient, refunds: tuple[WorkflowRuntime, Ledger]
+    ) -> None:
+        """Run ids and values come from users: the queue and the gate page show them as text."""
+        hostile = RefundRequest(order_id=XSS_IMG, amount=Decimal("5"), iban=XSS_SCRIPT)
+        run_id = f"run-{XSS_IMG}"
+        refunds[0].start("refund-request", hostile, run_id=run_id)
+        (gate,) = refunds[0].pending_gates()
+        sign_in(app_client, "tok-ada")
+        pages = [
+            app_client.get(f"{UI}/"),
+            app_client.get(f"{UI}/requests/{gate.request_id}"),
+        ]
+        for page in pages:
+            assert page.status_code == 200
+            for raw in ("<script>window", "<img src=x"):
+                assert raw not in page.text
+            assert "&lt;img src=x onerror=" in page.text
+        assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in pages[1].text
+        assert flow_of(pages[1].text)[1] == ("wire", "waiting at the gate")

@@ -47,6 +47,7 @@ from sagacity.server._ui_http import (
 )
 from sagacity.server._ui_inbox import (
     InboxItem,
+    RunFlow,
     age,
     approvers_required,
     expiry,
@@ -54,6 +55,7 @@ from sagacity.server._ui_inbox import (
     inbox_items,
     inbox_version,
     pretty_json,
+    run_flow,
     saga_path,
     started_by,
     timeline,
@@ -144,6 +146,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 "approvers_required": item.approvers_required,
                 "url": base + item.url,
                 "saga_url": base + item.saga_url,
+                "workflow": item.workflow,
+                "stage": item.stage,
             }
             for item in items
         ]
@@ -229,7 +233,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             view = await run_in_threadpool(_request_view, sagacity_of(request), request_id)
         except Refusal as refusal:
             return inbox.finish(request, inbox.refusal(request, refusal, session))
-        pending, entries, items = view
+        pending, entries, items, flow = view
         sagacity = sagacity_of(request)
         now = sagacity.now()
         principal = session.principal
@@ -247,21 +251,33 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         fully = pending.state == "approved" and len(pending.approvals) >= approvers_required(
             pending
         )
-        wrapped = _wrapped(sagacity, pending.tool_name)
+        wrapped = flow is None and _wrapped(sagacity, pending.tool_name)
         resume_note = None
-        if fully and not wrapped:
+        if fully and flow is not None and flow.runtime is None:
+            resume_note = (
+                f"Approved. The workflow {flow.workflow!r} is not registered in this server:"
+                " the run continues with resume where it is registered."
+            )
+        elif fully and flow is not None and not principal.can(OPERATOR):
+            resume_note = "Approved. An operator resumes the run: the stage runs then."
+        elif fully and flow is None and not wrapped:
             resume_note = (
                 f"Approved. The tool {pending.tool_name!r} is not wrapped in this server:"
                 " the saga resumes where it is wrapped (the agent's own process)."
             )
-        elif fully and not principal.can(OPERATOR):
+        elif fully and flow is None and not principal.can(OPERATOR):
             resume_note = "Approved. An operator (or the agent's own process) runs the call."
         events = f"saga={quote(pending.saga_id, safe='')}&v={inbox_version(items, entries)}"
         response = inbox.page(
             request,
             "request.html",
             session=session,
-            title=f"{pending.tool_name} · {pending.saga_id}",
+            title=(
+                f"{pending.tool_name} · {pending.saga_id}"
+                if flow is None
+                else f"{flow.workflow} · {pending.call_id} · {pending.saga_id}"
+            ),
+            flow=flow,
             ask=pending,
             payload=pretty_json(pending.input),
             saga_url=base + saga_path(pending.saga_id),
@@ -272,9 +288,12 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             expires_at=pending.expires_at.isoformat() if pending.expires_at else None,
             approvers_required=approvers_required(pending),
             can_decide=principal.can(APPROVER),
-            can_edit=principal.can(APPROVER) and pending.problem is None,
+            can_edit=principal.can(APPROVER) and pending.problem is None and flow is None,
             approve_blocked=blocked,
             can_resume=fully and wrapped and principal.can(OPERATOR),
+            can_resume_run=(
+                fully and flow is not None and flow.runtime is not None and principal.can(OPERATOR)
+            ),
             resume_note=resume_note,
             timeline=timeline(entries, highlight=pending.seq),
             events=events,
@@ -374,7 +393,7 @@ def _wrapped(sagacity: Sagacity, tool_name: str) -> bool:
 
 def _request_view(
     sagacity: Sagacity, request_id: str
-) -> tuple[ApprovalRequest, list[JournalEntry], list[InboxItem]]:
+) -> tuple[ApprovalRequest, list[JournalEntry], list[InboxItem], RunFlow | None]:
     stored = sagacity.approvals.get(request_id)
     if stored is None:
         raise Refusal(
@@ -389,7 +408,11 @@ def _request_view(
     shown = next((r for r in sagacity.pending(stored.saga_id) if r.request_id == request_id), None)
     if shown is None:
         raise Refusal(404, f"no pending approval request {request_id!r}", heading="Not found")
-    return shown, entries, items
+    item = next((i for i in items if i.item_id == request_id), None)
+    flow = None
+    if item is not None and item.kind == "gate":
+        flow = run_flow(sagacity, shown.saga_id, gate_stage=item.stage)
+    return shown, entries, items, flow
 
 
 def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:

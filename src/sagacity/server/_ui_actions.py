@@ -1,8 +1,9 @@
 """The inbox's decisions and operations: each form post, run in a thread, then a redirect.
 
-Approve, reject and edit need the `approver` role; resume, compensate and resolve the
-`operator` role. The name journaled is always the session's principal: the forms carry
-no approver, and a field of that name is ignored.
+Approve, reject and edit need the `approver` role (a workflow gate is approved as a
+tool's request is: the same core approval); resume (a call, or a workflow run),
+compensate and resolve the `operator` role. The name journaled is always the session's
+principal: the forms carry no approver, and a field of that name is ignored.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from sagacity.errors import SagacityError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import APPROVER, OPERATOR, sagacity_of
 from sagacity.server._ui_http import InboxSite, Refusal, form_field, json_field, secured
-from sagacity.server._ui_inbox import request_path, saga_path
+from sagacity.server._ui_inbox import request_path, run_flow, saga_path, workflow_of_request
 from sagacity.server._ui_sessions import Session
 
 __all__ = ["add_actions"]
@@ -98,6 +99,15 @@ def _decisions(router: APIRouter, site: InboxSite) -> None:
         if not isinstance(new_input, dict):
             raise Refusal(422, "the form field 'input' must be a JSON object of arguments")
         saga_id = _saga_of_request(sagacity, request_id)
+        stored = sagacity.approvals.get(request_id)
+        if stored is not None and workflow_of_request(sagacity, stored) is not None:
+            raise Refusal(
+                409,
+                f"request {request_id!r} is the gate before stage {stored.call_id!r} of run"
+                f" {saga_id!r}: the stage receives the previous stage's output, which is not"
+                " edited here; reject the gate instead",
+                heading="Not editable",
+            )
         new = sagacity.edit(
             saga_id, approver=session.principal.name, request_id=request_id, new_input=new_input
         )
@@ -116,6 +126,23 @@ def _operations(router: APIRouter, site: InboxSite) -> None:
         result = sagacity.resume_saga(saga_id, request_id=request_id)
         session.flash.append(f"Resumed by {session.principal.name}: {result.outcome.value}.")
         return saga_path(saga_id)
+
+    @_action(router, site, "/workflows/resume", OPERATOR)
+    def resume_run(sagacity: Sagacity, session: Session, form: FormData) -> str:
+        # The same `WorkflowRuntime.resume` as `POST /sagacity/workflows/{run_id}/resume`:
+        # the rest of the run goes on here, where its workflow is registered.
+        run_id = form_field(form, "run_id")
+        flow = run_flow(sagacity, run_id)
+        if flow is None or flow.runtime is None:
+            raise Refusal(
+                409,
+                f"run {run_id!r}: its workflow is not registered in this server's process;"
+                " resume it where it is registered",
+                heading="Not here",
+            )
+        handle = flow.runtime.resume(run_id)
+        session.flash.append(f"Resumed by {session.principal.name}: {handle.status.value}.")
+        return saga_path(run_id)
 
     @_action(router, site, "/sagas/compensate", OPERATOR)
     def compensate(sagacity: Sagacity, session: Session, form: FormData) -> str:

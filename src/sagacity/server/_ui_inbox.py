@@ -1,8 +1,9 @@
 """What the approval inbox shows: its items, a journal as a timeline, payloads as text.
 
-`inbox_items` is the one list of things waiting for a human. Tool approvals are its
-items today; workflow gates join it here (an item of kind `"gate"`), so the queue, the
-saga page and the live updates show them without changes of their own.
+`inbox_items` is the one list of things waiting for a human: tool approvals (kind
+`"tool"`) and workflow gates (kind `"gate"`, named by workflow and stage). A gate is a
+core approval request, so it is approved, rejected and edited as a tool's is; its page
+adds the run's stage flow (`run_flow`).
 """
 
 from __future__ import annotations
@@ -14,19 +15,29 @@ import unicodedata
 from typing import Any
 from urllib.parse import quote
 
+from sagacity._history import SagaHistory
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
-from sagacity.journal import JournalEntry, sha256_hex
+from sagacity.errors import SagaNotFoundError
+from sagacity.journal import JournalEntry, Phase, sha256_hex
 from sagacity.saga import Sagacity
+from sagacity.workflows import StageStatus, WorkflowRuntime
+from sagacity.workflows._definition import START_CALL
+from sagacity.workflows._runtime import runtimes_of
+from sagacity.workflows._state import CHECK_FAILED
 
 __all__ = [
+    "FlowStage",
     "InboxItem",
+    "RunFlow",
     "TimelineRow",
     "age",
     "expiry",
     "inbox_items",
     "pretty_json",
+    "run_flow",
     "timeline",
+    "workflow_of_request",
 ]
 
 # Characters that change how text reads without showing themselves: bidi overrides and
@@ -41,13 +52,13 @@ class InboxItem:
     """One thing that waits for a human's decision."""
 
     kind: str
-    """`"tool"` for an IRREVERSIBLE call's approval request (`"gate"` for a workflow gate)."""
+    """`"tool"` for an IRREVERSIBLE call's approval request, `"gate"` for a workflow gate."""
     item_id: str
     """The request id."""
     saga_id: str
     """The saga (or workflow run) that waits."""
     title: str
-    """What waits: the tool's name."""
+    """What waits: the tool's name, or `<workflow> · <stage>` for a gate."""
     reason: str
     """Why it needs approval, as the tool declared it."""
     requested_at: datetime.datetime
@@ -64,6 +75,10 @@ class InboxItem:
     """The item's page, relative to the inbox."""
     saga_url: str
     """The saga's page, relative to the inbox."""
+    workflow: str | None = None
+    """The gate's workflow; None for a tool."""
+    stage: str | None = None
+    """The gate's stage; None for a tool."""
 
 
 def approvers_required(request: ApprovalRequest) -> int:
@@ -88,25 +103,195 @@ def saga_path(saga_id: str) -> str:
 
 def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxItem]:
     """Everything waiting for a decision, of one saga or of all, oldest first."""
-    items = [
-        InboxItem(
-            kind="tool",
-            item_id=request.request_id,
-            saga_id=request.saga_id,
-            title=request.tool_name,
-            reason=request.reason,
-            requested_at=request.requested_at,
-            expires_at=request.expires_at,
-            state=request.state,
-            approvals=tuple(a.approver for a in request.approvals),
-            approvers_required=approvers_required(request),
-            url=request_path(request.request_id),
-            saga_url=saga_path(request.saga_id),
+    starts: dict[str, str | None] = {}
+    items = []
+    for request in sagacity.pending(saga_id):
+        workflow = workflow_of_request(sagacity, request, starts)
+        stage = request.call_id if workflow is not None else None
+        items.append(
+            InboxItem(
+                kind="tool" if workflow is None else "gate",
+                item_id=request.request_id,
+                saga_id=request.saga_id,
+                title=request.tool_name if workflow is None else f"{workflow} · {stage}",
+                reason=request.reason,
+                requested_at=request.requested_at,
+                expires_at=request.expires_at,
+                state=request.state,
+                approvals=tuple(a.approver for a in request.approvals),
+                approvers_required=approvers_required(request),
+                url=request_path(request.request_id),
+                saga_url=saga_path(request.saga_id),
+                workflow=workflow,
+                stage=stage,
+            )
         )
-        for request in sagacity.pending(saga_id)
-    ]
     items.sort(key=lambda item: (item.requested_at, item.item_id))
     return items
+
+
+def workflow_of_request(
+    sagacity: Sagacity, request: ApprovalRequest, starts: dict[str, str | None] | None = None
+) -> str | None:
+    """The workflow whose gate `request` is, or None for a tool's request.
+
+    A gate's request is for the tool `<workflow>.<stage>` with the stage as its call id,
+    in a saga whose first entry starts that workflow (the run's start call). The journal
+    says so whether or not a runtime is built in this process. `starts` caches each
+    saga's workflow across calls.
+    """
+    workflow, dot, stage = request.tool_name.partition(".")
+    if not dot or not workflow or stage != request.call_id:
+        return None
+    cache = {} if starts is None else starts
+    if request.saga_id not in cache:
+        cache[request.saga_id] = _started_workflow(sagacity, request.saga_id)
+    return workflow if cache[request.saga_id] == workflow else None
+
+
+def _started_workflow(sagacity: Sagacity, saga_id: str) -> str | None:
+    entries = sagacity.history(saga_id)
+    first = entries[0] if entries else None
+    if first is None or first.seq != 1 or first.phase is not Phase.INTENT:
+        return None
+    return first.tool_name if first.call_id == START_CALL else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class FlowStage:
+    """One stage of a run's flow, as its request page shows it."""
+
+    name: str
+    status: str
+    """`done`, `waiting at the gate`, `approved`, `not started`, `failed`, `check
+    failed`, `rejected`, `in doubt`, `compensated` or `compensation failed`."""
+    gated: bool
+    current: bool
+    """Whether it is the stage the gate holds."""
+    reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RunFlow:
+    """A workflow run's stage flow, in order."""
+
+    run_id: str
+    workflow: str
+    status: str
+    """The run's `WorkflowStatus` value; `UNKNOWN` when only the journal was read."""
+    stages: tuple[FlowStage, ...]
+    runtime: WorkflowRuntime | None
+    """The runtime of this process that has the workflow registered; None: read from the
+    journal alone (stages not reached yet are then not known)."""
+
+
+_LABELS = {
+    StageStatus.EXECUTED: "done",
+    StageStatus.AWAITING_APPROVAL: "waiting at the gate",
+    StageStatus.APPROVED: "approved",
+    StageStatus.PENDING: "not started",
+    StageStatus.FAILED: "failed",
+    StageStatus.CHECK_FAILED: "check failed",
+    StageStatus.REJECTED: "rejected",
+    StageStatus.IN_DOUBT: "in doubt",
+    StageStatus.COMPENSATED: "compensated",
+    StageStatus.COMPENSATION_FAILED: "compensation failed",
+}
+
+
+def run_flow(sagacity: Sagacity, run_id: str, gate_stage: str | None = None) -> RunFlow | None:
+    """Run `run_id`'s stage flow: from the runtime that has its workflow, else the journal.
+
+    None when the saga is no workflow run. `gate_stage` marks the stage the page is about.
+    """
+    for runtime in runtimes_of(sagacity):
+        try:
+            handle = runtime.get(run_id)
+        except SagaNotFoundError:
+            continue
+        return RunFlow(
+            run_id=run_id,
+            workflow=handle.workflow_name,
+            status=handle.status.value,
+            stages=tuple(
+                FlowStage(
+                    name=s.name,
+                    status=_LABELS[s.status],
+                    gated=s.gated,
+                    current=s.name == gate_stage,
+                    reason=s.reason,
+                )
+                for s in handle.stages
+            ),
+            runtime=runtime,
+        )
+    return _journal_flow(sagacity, run_id, gate_stage)
+
+
+def _journal_flow(sagacity: Sagacity, run_id: str, gate_stage: str | None) -> RunFlow | None:
+    """The stages the journal names, in the order they were reached, with their status."""
+    workflow = _started_workflow(sagacity, run_id)
+    if workflow is None:
+        return None
+    history = SagaHistory.of(run_id, sagacity.history(run_id))
+    waiting = {r.call_id: r for r in sagacity.pending(run_id)}
+    names: list[str] = []
+    for entry in history.entries:
+        name = entry.call_id
+        is_stage = name and name != START_CALL and entry.tool_name == f"{workflow}.{name}"
+        if is_stage and name not in names:
+            names.append(str(name))
+    stages = []
+    for name in names:
+        status, reason = _journal_status(history, name, waiting.get(name))
+        stages.append(
+            FlowStage(
+                name=name,
+                status=_LABELS[status],
+                gated=name in history.asked,
+                current=name == gate_stage,
+                reason=reason,
+            )
+        )
+    return RunFlow(
+        run_id=run_id,
+        workflow=workflow,
+        status=history.outcome or "UNKNOWN",
+        stages=tuple(stages),
+        runtime=None,
+    )
+
+
+def _journal_status(
+    history: SagaHistory, name: str, request: ApprovalRequest | None
+) -> tuple[StageStatus, str | None]:
+    call = history.latest_call.get(name)
+    if call is not None and call.executed:
+        if call.compensation is not None:
+            done = call.compensation.phase is Phase.COMPENSATED
+            return (StageStatus.COMPENSATED if done else StageStatus.COMPENSATION_FAILED), None
+        return StageStatus.EXECUTED, None
+    if call is not None and history.may_have_run(call):
+        return StageStatus.IN_DOUBT, None
+    if call is not None and call.outcome is not None and _failure(call.outcome):
+        return StageStatus.FAILED, None
+    for entry in history.entries:
+        refused = entry.phase is Phase.REFUSED and entry.call_id == name
+        if refused and payload_of(entry).get("reason") == CHECK_FAILED:
+            return StageStatus.CHECK_FAILED, str(payload_of(entry).get("detail"))
+    asked = history.asked.get(name)
+    if asked is not None:
+        rejected = history.rejected(asked.seq)
+        if rejected is not None:
+            return StageStatus.REJECTED, str(payload_of(rejected).get("reason"))
+        if request is not None:
+            approved = request.state == "approved"
+            return (StageStatus.APPROVED if approved else StageStatus.AWAITING_APPROVAL), None
+    return StageStatus.PENDING, None
+
+
+def _failure(outcome: JournalEntry) -> bool:
+    return payload_of(outcome).get("kind") == "failure"
 
 
 def inbox_version(items: list[InboxItem], entries: list[JournalEntry] | None = None) -> str:
