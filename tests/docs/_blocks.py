@@ -7,12 +7,15 @@ The convention every page follows:
 - unless the line right above it is `<!-- fragment: <why it is not run> -->`;
 - a ```text block right after a python block, with `<!-- output -->` on the line above
   it, is what that python block prints;
+- any other block is a fragment, an output, or `<!-- checked: tests/….py::Class::test -->`:
+  that test (which names the page) reads the block and feeds it to the real parser;
 - a python block whose only line is a snippet include (`--8<-- "examples/….py"`) is a
   whole program: it runs as a script in its own process, and its output is compared.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +25,7 @@ DOCS = ROOT / "docs"
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,}|~{3,})(?P<info>[^`\n]*)$")
 _FRAGMENT = re.compile(r"^\s*<!--\s*fragment:(?P<reason>.*?)-->\s*$")
+_CHECKED = re.compile(r"^\s*<!--\s*checked:\s*(?P<test>\S+)\s*-->\s*$")
 _OUTPUT = re.compile(r"^\s*<!--\s*output\s*-->\s*$")
 _SNIPPET = re.compile(r"""^\s*-{2}8<-{2}\s+["'](?P<path>[^"']+)["']\s*$""")
 
@@ -46,6 +50,8 @@ class Block:
     """The reason given by a `<!-- fragment: … -->` line right above it, else None."""
     output: bool
     """True when `<!-- output -->` is the line right above it."""
+    checked: str | None = None
+    """The test a `<!-- checked: tests/….py::Class::test -->` line right above it names."""
 
     @property
     def where(self) -> str:
@@ -109,6 +115,7 @@ def blocks(page: Path) -> list[Block]:
                 code="\n".join(body) + "\n",
                 fragment=fragment["reason"].strip() if fragment else None,
                 output=bool(_OUTPUT.match(above)),
+                checked=checked["test"] if (checked := _CHECKED.match(above)) else None,
             )
         )
         index = end + 1
@@ -144,6 +151,44 @@ def orphan_outputs(page: Path) -> list[Block]:
         ):
             orphans.append(block)
     return orphans
+
+
+def missing_test(test: str, page: Path) -> str | None:
+    """Why `tests/….py::Class::test` is not a test reading `page`; None when it is one."""
+    path, _, names = test.partition("::")
+    file = ROOT / path
+    if not names or not file.is_file() or not path.startswith("tests/"):
+        return f"{test} is not tests/<file>.py::<test> of an existing file"
+    source = file.read_text(encoding="utf-8")
+    scope: list[ast.stmt] = ast.parse(source).body
+    for name in names.split("::"):
+        found = [
+            node
+            for node in scope
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name == name
+        ]
+        if not found:
+            return f"{path} has no {name}"
+        scope = found[0].body
+    if page.name not in source:
+        return f"{path} does not name {page.name}"
+    return None
+
+
+def unaccounted(page: Path) -> list[str]:
+    """`page:line` of each block neither run, nor an output, nor a fragment, nor checked."""
+    offenders = []
+    for block in blocks(page):
+        if block.fragment is not None or block.output:
+            continue
+        if block.language in ("python", "py"):
+            continue
+        if block.checked is None:
+            offenders.append(f"{block.where}: a {block.language or 'plain'} block is not run")
+        elif reason := missing_test(block.checked, page):
+            offenders.append(f"{block.where}: {reason}")
+    return offenders
 
 
 def pages() -> list[Path]:

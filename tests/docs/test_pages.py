@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from tests._postgres import admin_connection, require_server, server_url, with_query
-from tests.docs._blocks import ROOT, PageError, blocks, examples, orphan_outputs, pages
+from tests.docs._blocks import (
+    ROOT,
+    PageError,
+    blocks,
+    examples,
+    orphan_outputs,
+    pages,
+    unaccounted,
+)
 from tests.docs._run import EXAMPLES, PageRunner, normalised
 
 PAGES = pages()
@@ -108,6 +116,11 @@ class TestPages:
         orphans = [block.where for block in orphan_outputs(page)]
         assert orphans == []
 
+    def test_every_block_is_run_shown_output_checked_or_a_fragment(self) -> None:
+        """No block is left unexamined: each runs, is an output, is checked, or says why not."""
+        offenders = [offender for page in PAGES for offender in unaccounted(page)]
+        assert offenders == [], "blocks neither run nor marked:\n" + "\n".join(offenders)
+
 
 class TestConvention:
     """The reader of the pages: fragments, outputs and snippets, on pages written here."""
@@ -150,6 +163,30 @@ class TestConvention:
             "<!-- output -->\n```text\n2\n```\n",
         )
         assert [block.line for block in orphan_outputs(page)] == [6]
+
+    def test_an_unmarked_shell_block_is_named(self, tmp_path: Path) -> None:
+        """A block that is neither run nor marked is an offender, named by page and line."""
+        page = self.write(
+            tmp_path,
+            "```sh\nmake demo\n```\n\n<!-- fragment: a diagram -->\n```\na -> b\n```\n",
+        )
+        assert unaccounted(page) == [f"{page}:1: a sh block is not run"]
+
+    def test_a_checked_block_needs_a_real_test_naming_the_page(self, tmp_path: Path) -> None:
+        """`checked:` counts only when the test exists and its file names the page."""
+        real = "tests/docs/test_formats.py::TestTokensFile::test_the_tokens_file_shown_loads"
+        server = ROOT / "docs" / "server.md"
+        for test, reason in [
+            ("tests/docs/test_formats.py::TestTokensFile::test_gone", "has no test_gone"),
+            ("tests/nowhere.py::test_x", "not tests/<file>.py::<test> of an existing file"),
+            (real, "does not name page.md"),
+        ]:
+            page = self.write(tmp_path, f"<!-- checked: {test} -->\n```toml\nx = 1\n```\n")
+            (offender,) = unaccounted(page)
+            assert offender.endswith(reason), offender
+        assert not [o for o in unaccounted(server) if "test_the_tokens_file_shown_loads" in o]
+        (block,) = [b for b in blocks(server) if b.language == "toml"]
+        assert block.checked == real
 
     def test_indented_blocks_in_lists_are_read(self, tmp_path: Path) -> None:
         """A block indented under a list item is dedented and run like any other."""
