@@ -176,7 +176,7 @@ class Call:
             if scope.failed:
                 raise SagaStateError(
                     f"saga {scope.saga_id!r}: a call has failed, so the saga will be "
-                    f"compensated; IRREVERSIBLE tool {tool.name!r} is not run. Run it in a "
+                    f"compensated; {_gated(tool)} {tool.name!r} is not run. Run it in a "
                     "new saga if it is still wanted"
                 )
             return self._begin_approved(payload)
@@ -535,3 +535,8 @@ class Call:
     def _consume_request(self) -> None:
         if self.request is not None:
             self.scope.owner.approval.consume(self.request)
+
+
+def _gated(tool: JournaledTool) -> str:
+    """What stops a call that needs approval, for messages: its reversibility or its gate."""
+    return "IRREVERSIBLE tool" if tool.reversibility is _IRREVERSIBLE else "gated tool"

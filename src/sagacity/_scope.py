@@ -124,8 +124,9 @@ class SagaScope:
         The scope's lock is not held across the wait (it is a thread lock); the journal
         orders the saga's appends, and the history indexes them by seq.
         """
-        with self.lock:
-            payload = self._first_payload(payload)
+        if self.started_by:  # else `_first_payload` changes nothing: no lock to take
+            with self.lock:
+                payload = self._first_payload(payload)
         return await self.history.aappend(
             self.owner.journal,
             phase,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sagacity import CallRef, Phase, Sagacity, SagaOutcome, verify
-from tests.compensation._crash_child import Depot, IdempotentDepot
+from tests.processes._child import IdempotentWarehouse, Warehouse
 from tests.processes._kill import run_until_killed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,9 @@ BEFORE_THE_CRASH = [
 
 def run_until_killed_inside_refund(url: str, ledger: Path) -> None:
     """Run the saga in a child process and SIGKILL it once the refund has started."""
-    run_until_killed("tests.compensation._crash_child", url, str(ledger), when="inside refund")
+    run_until_killed(
+        "tests.processes._child", "crash-refund", url, str(ledger), when="inside refund"
+    )
 
 
 def reopen(url: str) -> Sagacity:
@@ -72,7 +74,7 @@ class TestKilledInsideACompensation:
         """
         url, ledger = killed
         sagacity = reopen(url)
-        sagacity.wrap(Depot(ledger))
+        sagacity.wrap(Warehouse(ledger))
         result = sagacity.compensate("order-1")
         assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
@@ -110,7 +112,7 @@ class TestKilledInsideACompensation:
         """Declared idempotent, the refund runs again under charge_card#1, then the release."""
         url, ledger = killed
         sagacity = reopen(url)
-        sagacity.wrap(IdempotentDepot(ledger))
+        sagacity.wrap(IdempotentWarehouse(ledger))
         result = sagacity.compensate("order-1")
         assert result.outcome is SagaOutcome.COMPENSATED
         entries = sagacity.history("order-1")

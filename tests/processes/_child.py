@@ -1,7 +1,10 @@
 """What the process tests run in child processes: `python -m tests.processes._child …`.
 
-crash DB LEDGER          run saga `order-1`: reserve, charge, then ship, which prints
+crash URL LEDGER         run saga `order-1`: reserve, charge, then ship, which prints
 `inside ship` and waits to be killed
+crash-refund URL LEDGER  run saga `order-1`: reserve, charge, then a shipment that fails; the
+walk starts with the refund, which prints `inside refund` (its COMPENSATING is committed by
+then) and waits to be killed
 append DB SAGA N WORKER  append N entries to SAGA, tagged with WORKER
 """
 
@@ -11,22 +14,33 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from sagacity import CompensationContext, Phase, Sagacity, compensable, compensation
 from sagacity.journal import SqliteJournal
 
 
 class Warehouse:
-    """Tools whose effects and undos are lines in a ledger file, shared by the processes."""
+    """Tools whose effects and undos are lines in a ledger file, shared by the processes.
 
-    def __init__(self, ledger: Path) -> None:
+    `hang` names the tool that prints `inside <hang>` and waits to be killed; otherwise `ship`
+    fails. `refund_card` is not declared idempotent: a walk that finds it in doubt leaves it so.
+    """
+
+    def __init__(self, ledger: Path, *, hang: Literal["ship", "refund"] | None = None) -> None:
         self.ledger = ledger
+        self.hang = hang
 
     def record(self, line: str) -> None:
         with self.ledger.open("a", encoding="utf-8") as out:
             out.write(line + "\n")
             out.flush()
             os.fsync(out.fileno())
+
+    def wait_to_be_killed(self, point: str) -> None:
+        if self.hang == point:
+            print(f"inside {point}", flush=True)
+            time.sleep(120)
 
     @compensable(by="release_inventory")
     def reserve_inventory(self, sku: str, qty: int) -> str:
@@ -44,23 +58,32 @@ class Warehouse:
 
     @compensation
     def refund_card(self, ctx: CompensationContext) -> None:
-        self.record(f"refund {ctx.result}")
+        self.record(f"refund start {ctx.result} key={ctx.call_id}")
+        self.wait_to_be_killed("refund")  # between COMPENSATING and its outcome
+        self.record(f"refund done {ctx.result}")
 
     @compensable(by="cancel_shipment")
     def ship(self, to: str) -> str:
-        print("inside ship", flush=True)
-        time.sleep(120)  # killed here, between INTENT and EXECUTED
-        return "shp-never"
+        self.wait_to_be_killed("ship")  # between INTENT and EXECUTED
+        raise RuntimeError("courier down")
 
     @compensation
     def cancel_shipment(self, ctx: CompensationContext) -> None:
         self.record(f"cancel {ctx.result}")
 
 
-def crash(database: str, ledger: str) -> None:
-    # A short lease, so that the process reopening the journal takes the saga over soon.
-    sagacity = Sagacity.from_url(f"sqlite:///{database}", lease_ttl=1.0)
-    tools = {tool.name: tool for tool in sagacity.wrap(Warehouse(Path(ledger)))}
+class IdempotentWarehouse(Warehouse):
+    """The same tools, with the refund declared safe to run again under its call id."""
+
+    @compensable(by="refund_card", compensation_idempotent=True)
+    def charge_card(self, amount: str) -> str:
+        return super().charge_card(amount)
+
+
+def crash(url: str, ledger: str, hang: Literal["ship", "refund"]) -> None:
+    # A short lease: the process that takes the saga over after the kill waits for it to expire.
+    sagacity = Sagacity.from_url(url, lease_ttl=1.0)
+    tools = {tool.name: tool for tool in sagacity.wrap(Warehouse(Path(ledger), hang=hang))}
 
     def work() -> None:
         tools["reserve_inventory"]("SKU-42", 2)
@@ -68,7 +91,7 @@ def crash(database: str, ledger: str) -> None:
         tools["ship"]("Berlin")
 
     sagacity.saga("order-1", work)
-    raise SystemExit("the saga was meant to be killed inside ship")
+    raise SystemExit(f"the saga was meant to be killed inside {hang}")
 
 
 def append(database: str, saga_id: str, count: int, worker: int) -> None:
@@ -81,7 +104,9 @@ def append(database: str, saga_id: str, count: int, worker: int) -> None:
 if __name__ == "__main__":
     command, *arguments = sys.argv[1:]
     if command == "crash":
-        crash(*arguments)
+        crash(arguments[0], arguments[1], "ship")
+    elif command == "crash-refund":
+        crash(arguments[0], arguments[1], "refund")
     elif command == "append":
         append(arguments[0], arguments[1], int(arguments[2]), int(arguments[3]))
     else:

@@ -19,7 +19,11 @@ pytestmark = pytest.mark.slow
 def run_until_killed_inside_ship(database: Path, ledger: Path) -> None:
     """Run the saga in a child process and SIGKILL it once `ship` has started."""
     run_until_killed(
-        "tests.processes._child", "crash", str(database), str(ledger), when="inside ship"
+        "tests.processes._child",
+        "crash",
+        f"sqlite:///{database}",
+        str(ledger),
+        when="inside ship",
     )
 
 
@@ -67,7 +71,8 @@ class TestKilledInsideATool:
         assert ledger.read_text().splitlines() == [
             "reserve SKU-42 2",
             "charge 19.99",
-            "refund ch-1",
+            "refund start ch-1 key=charge_card#1",
+            "refund done ch-1",
             "release res-SKU-42",
         ]
         tail = sagacity.history("order-1")[5:]
@@ -103,8 +108,9 @@ class TestKilledInsideATool:
         assert again.compensation.compensated[-1] == CallRef(
             seq=resolved.seq, tool_name="ship", call_id="ship#1"
         )
-        assert ledger.read_text().splitlines()[-3:] == [
-            "refund ch-1",
+        assert ledger.read_text().splitlines()[-4:] == [
+            "refund start ch-1 key=charge_card#1",
+            "refund done ch-1",
             "release res-SKU-42",
             "cancel shp-77",
         ]

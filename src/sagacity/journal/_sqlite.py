@@ -139,16 +139,7 @@ class SqliteJournal:
 
     def _append_one(self, request: AppendRequest) -> JournalEntry:
         """Append one entry in its own commit: the path of an append that comes alone."""
-        saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence = (
-            request.saga_id,
-            request.phase,
-            request.tool_name,
-            request.call_id,
-            request.ref_seq,
-            request.payload,
-            request.expected_seq,
-            request.fence,
-        )
+        saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence = request
         with self._lock:
             try:
                 head = self._heads.get(saga_id)

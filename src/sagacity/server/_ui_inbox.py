@@ -24,7 +24,7 @@ from sagacity.saga import Sagacity
 from sagacity.workflows import StageStatus, WorkflowRuntime
 from sagacity.workflows._definition import START_CALL
 from sagacity.workflows._runtime import runtimes_of
-from sagacity.workflows._state import CHECK_FAILED
+from sagacity.workflows._state import check_refusals, stage_status
 
 __all__ = [
     "FlowStage",
@@ -241,9 +241,10 @@ def _journal_flow(sagacity: Sagacity, run_id: str, gate_stage: str | None) -> Ru
         is_stage = name and name != START_CALL and entry.tool_name == f"{workflow}.{name}"
         if is_stage and name not in names:
             names.append(str(name))
+    refused = check_refusals(history)
     stages = []
     for name in names:
-        status, reason = _journal_status(history, name, waiting.get(name))
+        status, _, reason = stage_status(history, name, waiting.get(name), refused)
         stages.append(
             FlowStage(
                 name=name,
@@ -260,38 +261,6 @@ def _journal_flow(sagacity: Sagacity, run_id: str, gate_stage: str | None) -> Ru
         stages=tuple(stages),
         runtime=None,
     )
-
-
-def _journal_status(
-    history: SagaHistory, name: str, request: ApprovalRequest | None
-) -> tuple[StageStatus, str | None]:
-    call = history.latest_call.get(name)
-    if call is not None and call.executed:
-        if call.compensation is not None:
-            done = call.compensation.phase is Phase.COMPENSATED
-            return (StageStatus.COMPENSATED if done else StageStatus.COMPENSATION_FAILED), None
-        return StageStatus.EXECUTED, None
-    if call is not None and history.may_have_run(call):
-        return StageStatus.IN_DOUBT, None
-    if call is not None and call.outcome is not None and _failure(call.outcome):
-        return StageStatus.FAILED, None
-    for entry in history.entries:
-        refused = entry.phase is Phase.REFUSED and entry.call_id == name
-        if refused and payload_of(entry).get("reason") == CHECK_FAILED:
-            return StageStatus.CHECK_FAILED, str(payload_of(entry).get("detail"))
-    asked = history.asked.get(name)
-    if asked is not None:
-        rejected = history.rejected(asked.seq)
-        if rejected is not None:
-            return StageStatus.REJECTED, str(payload_of(rejected).get("reason"))
-        if request is not None:
-            approved = request.state == "approved"
-            return (StageStatus.APPROVED if approved else StageStatus.AWAITING_APPROVAL), None
-    return StageStatus.PENDING, None
-
-
-def _failure(outcome: JournalEntry) -> bool:
-    return payload_of(outcome).get("kind") == "failure"
 
 
 def inbox_version(items: list[InboxItem], entries: list[JournalEntry] | None = None) -> str:

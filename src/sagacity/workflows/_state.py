@@ -14,7 +14,7 @@ from typing import Any
 from sagacity._history import CallState, SagaHistory, payload_of
 from sagacity.approval import Approval, ApprovalRequest
 from sagacity.errors import SagaStateError
-from sagacity.journal import JsonValue, Phase
+from sagacity.journal import JournalEntry, JsonValue, Phase
 from sagacity.workflows._definition import START_CALL, StageDefinition, WorkflowDefinition
 
 __all__ = [
@@ -25,8 +25,10 @@ __all__ = [
     "StageStatus",
     "WorkflowHandle",
     "WorkflowStatus",
+    "check_refusals",
     "read_run",
     "run_input",
+    "stage_status",
 ]
 
 CHECK_FAILED = "check_failed"
@@ -217,12 +219,22 @@ def read_run(
 ) -> WorkflowHandle:
     """Read a run's status and stage flow from its journal and its pending requests."""
     waiting = {r.call_id: r for r in pending if r.saga_id == history.saga_id}
-    refused = {
-        e.call_id: e
-        for e in history.entries
-        if e.phase is Phase.REFUSED and payload_of(e).get("reason") == CHECK_FAILED
-    }
-    states = [_stage_state(s, history, waiting, refused) for s in definition.stages]
+    refused = check_refusals(history)
+    states = []
+    for declared in definition.stages:
+        stands, output, reason = stage_status(
+            history, declared.call_id, waiting.get(declared.call_id), refused
+        )
+        states.append(
+            StageState(
+                name=declared.name,
+                order=declared.order,
+                status=stands,
+                gated=declared.waits_for_approval,
+                output=output,
+                reason=reason,
+            )
+        )
     gate = None
     for declared, state in zip(definition.stages, states, strict=True):
         request = waiting.get(declared.call_id)
@@ -280,51 +292,54 @@ def gate_request(
     )
 
 
-def _stage_state(
-    declared: StageDefinition,
-    history: SagaHistory,
-    waiting: dict[str, ApprovalRequest],
-    refused: dict[str | None, Any],
-) -> StageState:
-    def state(
-        status: StageStatus, output: JsonValue = None, reason: str | None = None
-    ) -> StageState:
-        return StageState(
-            name=declared.name,
-            order=declared.order,
-            status=status,
-            gated=declared.waits_for_approval,
-            output=output,
-            reason=reason,
-        )
+def check_refusals(history: SagaHistory) -> dict[str | None, JournalEntry]:
+    """The REFUSED entries failed pre-flight checks journaled, by the stage's call id."""
+    return {
+        e.call_id: e
+        for e in history.entries
+        if e.phase is Phase.REFUSED and payload_of(e).get("reason") == CHECK_FAILED
+    }
 
-    call = history.latest_call.get(declared.call_id)
+
+def stage_status(
+    history: SagaHistory,
+    call_id: str,
+    request: ApprovalRequest | None,
+    refused: dict[str | None, JournalEntry],
+) -> tuple[StageStatus, JsonValue, str | None]:
+    """Where the stage journaled as `call_id` stands: its status, output and reason.
+
+    `request` is its pending approval request (None: none) and `refused` the run's
+    `check_refusals`. It needs only the journal, so a process without the workflow's
+    definition reads the same status as the runtime does.
+    """
+    call = history.latest_call.get(call_id)
     if call is not None and call.executed:
         assert call.outcome is not None
         output = payload_of(call.outcome).get("result")
         if call.compensation is not None and call.compensation.phase is Phase.COMPENSATED:
-            return state(StageStatus.COMPENSATED, output)
+            return StageStatus.COMPENSATED, output, None
         if call.compensation is not None:
-            return state(StageStatus.COMPENSATION_FAILED, output, _message(call.compensation))
-        return state(StageStatus.EXECUTED, output)
+            return StageStatus.COMPENSATION_FAILED, output, _message(call.compensation)
+        return StageStatus.EXECUTED, output, None
     if call is not None and history.may_have_run(call):
-        return state(StageStatus.IN_DOUBT)
+        return StageStatus.IN_DOUBT, None, None
     if call is not None and _failed(call):
         assert call.outcome is not None
-        return state(StageStatus.FAILED, reason=_message(call.outcome))
-    refusal = refused.get(declared.call_id)
+        return StageStatus.FAILED, None, _message(call.outcome)
+    refusal = refused.get(call_id)
     if refusal is not None:
-        return state(StageStatus.CHECK_FAILED, reason=str(payload_of(refusal).get("detail")))
-    asked = history.asked.get(declared.call_id)
+        return StageStatus.CHECK_FAILED, None, str(payload_of(refusal).get("detail"))
+    asked = history.asked.get(call_id)
     if asked is not None:
         rejected = history.rejected(asked.seq)
         if rejected is not None:
-            return state(StageStatus.REJECTED, reason=str(payload_of(rejected).get("reason")))
-        request = waiting.get(declared.call_id)
+            return StageStatus.REJECTED, None, str(payload_of(rejected).get("reason"))
         if request is not None:
             approved = request.state == "approved"
-            return state(StageStatus.APPROVED if approved else StageStatus.AWAITING_APPROVAL)
-    return state(StageStatus.PENDING)
+            status = StageStatus.APPROVED if approved else StageStatus.AWAITING_APPROVAL
+            return status, None, None
+    return StageStatus.PENDING, None, None
 
 
 def _failed(call: CallState) -> bool:

@@ -259,7 +259,9 @@ class _RejectionWatch:
         if scope is None or scope.owner is not self.tool.owner:
             return
         name = self.tool.name
-        for awaiting in scope.history.open_requests():
+        with scope.lock:
+            open_requests = scope.history.open_requests()
+        for awaiting in open_requests:
             call_id = awaiting.call_id
             if awaiting.tool_name != name or call_id is None:
                 continue

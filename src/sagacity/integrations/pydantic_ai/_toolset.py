@@ -324,7 +324,9 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         ]
         if not denied:
             return
-        waiting = {(entry.call_id, entry.tool_name) for entry in scope.history.open_requests()}
+        with scope.lock:
+            open_requests = scope.history.open_requests()
+        waiting = {(entry.call_id, entry.tool_name) for entry in open_requests}
         for part in denied:
             if (part.tool_call_id, part.tool_name) not in waiting:
                 continue  # sagacity never asked for it, or it was decided already

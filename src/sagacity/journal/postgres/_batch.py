@@ -29,7 +29,7 @@ import psycopg
 import psycopg_pool
 
 from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
-from sagacity.journal._entry import JournalEntry, seal
+from sagacity.journal._entry import JournalEntry
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._lease import lost
 from sagacity.journal._rows import row_of
@@ -148,47 +148,11 @@ def _locked(
     journal: PostgresJournal, lease: Lease, append: _Append, heads: dict[str, tuple[int, str]]
 ) -> tuple[JournalEntry, bytes, bool]:
     """The locked path inside the batch; its fence, if any, is share-locked already."""
-    payload_text, before_prev, before_seq, after_seq = append.pieces()
     row = lease.cursor.execute(
         journal._sql_append_locked,
-        (
-            journal._lock_key(append.saga_id),
-            append.saga_id,
-            append.phase.value,
-            append.tool_name,
-            append.call_id,
-            append.ref_seq,
-            payload_text,
-            append.recorded_at,
-            before_prev,
-            before_seq,
-            after_seq,
-            False,
-            None,  # checked by the share lock this batch holds on the lease row
-        ),
+        append.locked_args(journal._lock_key(append.saga_id), False, None),
     ).fetchone()
-    if row is None:
-        raise JournalError(
-            f"saga {append.saga_id!r}: sagacity_append_locked returned no row; its schema "
-            "was changed outside sagacity"
-        )
-    seq, prev_hash, digest, _ = row
-    entry, payload_bytes = seal(
-        append.saga_id,
-        seq,
-        append.phase,
-        tool_name=append.tool_name,
-        call_id=append.call_id,
-        ref_seq=append.ref_seq,
-        payload=append.payload,
-        prev_hash=prev_hash,
-        recorded_at=append.recorded_at,
-    )
-    if entry.hash != digest:
-        raise JournalError(
-            f"saga {append.saga_id!r}: the database hashed seq {seq} to {digest[:12]}…, but "
-            f"the entry hashes to {entry.hash[:12]}…; verify the saga and report this as a bug"
-        )
+    entry, payload_bytes, _ = append.seal_locked(row, journal._db.settings.where)
     heads[append.saga_id] = (entry.seq, entry.hash)
     return entry, payload_bytes, False
 

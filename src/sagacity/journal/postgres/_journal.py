@@ -36,6 +36,7 @@ import dataclasses
 import datetime
 import threading
 import time
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -187,6 +188,59 @@ class _Append:
             before_seq, after_seq = rest[:cut], rest[cut + len(_SEQ_MARK_JSON) :]
             self._pieces = (payload_bytes.decode(), before_prev, before_seq, after_seq)
         return self._pieces
+
+    def locked_args(
+        self, lock_key: int, find_own: bool, fence_token: int | None
+    ) -> tuple[object, ...]:
+        """The arguments of `sagacity_append_locked` for this append."""
+        payload_text, before_prev, before_seq, after_seq = self.pieces()
+        return (
+            lock_key,
+            self.saga_id,
+            self.phase.value,
+            self.tool_name,
+            self.call_id,
+            self.ref_seq,
+            payload_text,
+            self.recorded_at,
+            before_prev,
+            before_seq,
+            after_seq,
+            find_own,
+            fence_token,
+        )
+
+    def seal_locked(
+        self, row: tuple[Any, ...] | None, where: str
+    ) -> tuple[JournalEntry, bytes, int]:
+        """Seal the entry `sagacity_append_locked` answered `row` for, checking its hash.
+
+        Returns the entry, its payload's bytes, and how many seqs the server found taken.
+        """
+        if row is None:  # the function returns one row or raises: the schema was altered
+            raise JournalError(
+                f"saga {self.saga_id!r}: sagacity_append_locked returned no row in {where}; "
+                "its schema was changed outside sagacity"
+            )
+        seq, prev_hash, digest, lost = row
+        entry, payload_bytes = seal(
+            self.saga_id,
+            seq,
+            self.phase,
+            tool_name=self.tool_name,
+            call_id=self.call_id,
+            ref_seq=self.ref_seq,
+            payload=self.payload,
+            prev_hash=prev_hash,
+            recorded_at=self.recorded_at,
+        )
+        if entry.hash != digest:
+            raise JournalError(
+                f"saga {self.saga_id!r}: the database hashed seq {seq} to {digest[:12]}…, but "
+                f"the entry hashes to {entry.hash[:12]}…; verify the saga "
+                "(sagacity.audit.verify) and report this as a bug"
+            )
+        return entry, payload_bytes, int(lost)
 
     def seal_after(self, seq: int, prev_hash: str) -> tuple[JournalEntry, bytes]:
         """Seal the entry that follows (`seq`, `prev_hash`)."""
@@ -497,50 +551,15 @@ class PostgresJournal:
         One statement and one round trip; the saga's advisory lock is held only while
         the server works, from the head read to the commit.
         """
-        payload_text, before_prev, before_seq, after_seq = append.pieces()
         find_own, append.locked_sent = append.locked_sent, True
+        fence_token = None if append.fence is None else append.fence.token
         row = lease.cursor.execute(
             self._sql_append_locked,
-            (
-                self._lock_key(append.saga_id),
-                append.saga_id,
-                append.phase.value,
-                append.tool_name,
-                append.call_id,
-                append.ref_seq,
-                payload_text,
-                append.recorded_at,
-                before_prev,
-                before_seq,
-                after_seq,
-                find_own,
-                None if append.fence is None else append.fence.token,
-            ),
+            append.locked_args(self._lock_key(append.saga_id), find_own, fence_token),
         ).fetchone()
         append.locked_sent = False
-        if row is None:  # the function returns one row or raises: the schema was altered
-            raise JournalError(
-                f"saga {append.saga_id!r}: sagacity_append_locked returned no row in "
-                f"{self._db.settings.where}; its schema was changed outside sagacity"
-            )
-        seq, prev_hash, digest, lost = row
-        entry, _ = seal(
-            append.saga_id,
-            seq,
-            append.phase,
-            tool_name=append.tool_name,
-            call_id=append.call_id,
-            ref_seq=append.ref_seq,
-            payload=append.payload,
-            prev_hash=prev_hash,
-            recorded_at=append.recorded_at,
-        )
-        if entry.hash != digest:
-            raise JournalError(
-                f"saga {append.saga_id!r}: the database hashed seq {seq} to {digest[:12]}…, "
-                f"but the entry hashes to {entry.hash[:12]}…; the row is written: verify the "
-                "saga (sagacity.audit.verify) and report this as a bug"
-            )
+        entry, _, lost = append.seal_locked(row, self._db.settings.where)
+        seq, prev_hash = entry.seq, entry.prev_hash
         with self._guard:
             self._conflicts += lost
             if known is not None:
