@@ -1,9 +1,11 @@
 """A journal driven through another edge than `append`, for the conformance suite.
 
 - `async`: every append is awaited on an event loop (`append_async`, the path async
-  tools take): for SQLite and PostgreSQL a writer thread the loop awaits.
+  tools take): for SQLite a writer thread the loop awaits, for PostgreSQL the loop's
+  async connections.
 - `batched`: every append is committed by the backend's group-commit batch path, as
-  one of a batch, in its own transaction (memory has none: its appends never wait).
+  one of a batch (memory has none: its appends never wait).
+- `async batched`: PostgreSQL only, every append committed by the loop's batch path.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sagacity.journal import JournalEntry, Phase, SideEffectJournal
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._protocol import append_async
 
-EDGES = ["sync", "async", "batched"]
+EDGES = ["sync", "async", "batched", "async batched"]
 
 
 class EventLoopThread:
@@ -41,6 +43,8 @@ class DrivenJournal:
         self._journal = journal
         self._edge = edge
         self._loops = loops
+        self.writer: Any = None
+        """The loop's batch path (`async batched`), made on the loop on first use."""
 
     def append(self, saga_id: str, phase: Phase, **options: Any) -> JournalEntry:
         group = getattr(self._journal, "_group", None)
@@ -49,10 +53,25 @@ class DrivenJournal:
             if isinstance(result, BaseException):
                 raise result
             return result
-        future = asyncio.run_coroutine_threadsafe(
-            append_async(self._journal, saga_id, phase, **options), self._loops.loop
-        )
+        if self._edge == "async batched":
+            future = asyncio.run_coroutine_threadsafe(
+                self._in_loop_batch(AppendRequest(saga_id, phase, **options)), self._loops.loop
+            )
+        else:
+            future = asyncio.run_coroutine_threadsafe(
+                append_async(self._journal, saga_id, phase, **options), self._loops.loop
+            )
         return future.result()
+
+    async def _in_loop_batch(self, request: AppendRequest) -> JournalEntry:
+        from sagacity.journal.postgres._async import LoopWriter
+
+        if self.writer is None:
+            self.writer = LoopWriter(self._journal)  # type: ignore[arg-type]
+        (result,) = await self.writer._many([request])
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
@@ -63,8 +82,12 @@ def driven(journal: SideEffectJournal, edge: str) -> Iterator[SideEffectJournal]
     if edge == "sync":
         yield journal
         return
+    assert edge != "async batched" or hasattr(journal, "_loop_writers")  # see conftest.py
     loops = EventLoopThread()
+    drive = DrivenJournal(journal, edge, loops)
     try:
-        yield DrivenJournal(journal, edge, loops)  # type: ignore[misc]  # a structural match
+        yield drive  # type: ignore[misc]  # a structural match
     finally:
+        if drive.writer is not None:
+            drive.writer.close()
         loops.close()

@@ -54,6 +54,8 @@ def in_thread(append: Callable[[], JournalEntry]) -> tuple[threading.Thread, dic
 def blocked_backend(admin: Admin) -> int:
     """Wait for the backend that waits on a lock `admin` holds, and return its pid."""
     for _ in range(500):
+        # Inside `admin`'s transaction the statistics are a snapshot: take a new one.
+        admin.execute("SELECT pg_stat_clear_snapshot()")
         row = admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid))"
         ).fetchone()

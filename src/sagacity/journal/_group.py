@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -36,6 +37,7 @@ __all__ = [
     "CommittedThenCancelled",
     "GroupCommit",
     "GroupStats",
+    "Slots",
     "committed",
 ]
 
@@ -80,6 +82,61 @@ class _Pending:
         self.future: concurrent.futures.Future[JournalEntry] = concurrent.futures.Future()
 
 
+class Slots:
+    """The commits in flight, and whether another may start or must wait to be batched.
+
+    At most `most` commits are in flight (one per connection). Appends queue, to go in
+    the next batch, behind `fresh` commits started less than `STALE_AFTER` ago: a
+    client that sends fewer, larger commits spends less of its interpreter per append
+    than one that sends one commit per append, however many the server could overlap.
+    A commit in flight longer than that (waiting on a lock: an operator's pause, a
+    takeover) no longer holds the others back.
+
+    Not thread-safe: its owner guards it.
+    """
+
+    STALE_AFTER = 0.01
+    """Seconds after which a commit in flight no longer makes appends wait."""
+
+    def __init__(self, most: int, fresh: int | None = None) -> None:
+        self.most = max(1, most)
+        self.fresh = self.most if fresh is None else max(1, min(fresh, self.most))
+        self._started: dict[int, float] = {}
+        self._tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._started)
+
+    def free(self, now: float) -> bool:
+        """Whether a commit may start now."""
+        started = self._started
+        if len(started) >= self.most:
+            return False
+        if len(started) < self.fresh:
+            return True
+        since = now - self.STALE_AFTER
+        return sum(1 for at in started.values() if at > since) < self.fresh
+
+    def start(self, now: float) -> int:
+        """Count a commit that starts; the token ends it."""
+        self._tokens += 1
+        self._started[self._tokens] = now
+        return self._tokens
+
+    def end(self, token: int) -> None:
+        del self._started[token]
+
+    def recheck_in(self, now: float) -> float | None:
+        """Seconds until `free` may turn true with no commit ending, or None.
+
+        None when only a commit's end can free a slot; else when the oldest commit in
+        flight goes stale.
+        """
+        if len(self._started) >= self.most or not self._started:
+            return None
+        return max(min(self._started.values()) + self.STALE_AFTER - now, 0.0) + 0.0005
+
+
 class GroupCommit:
     """Commits a journal's appends alone when they come alone, together when they overlap.
 
@@ -91,21 +148,29 @@ class GroupCommit:
             as a whole (then none of them was committed by it).
         name: Names the writer threads.
         leaders: How many commits may be in flight at once (each on its own connection).
+        fresh: Behind how many fresh commits in flight appends queue (see `Slots`);
+            `leaders` by default.
         writers: How many writer threads may lead for async callers (at most `leaders`):
             more threads than that contend for the interpreter more than they overlap.
     """
 
     def __init__(
-        self, one: CommitOne, many: CommitMany, *, name: str, leaders: int = 1, writers: int = 1
+        self,
+        one: CommitOne,
+        many: CommitMany,
+        *,
+        name: str,
+        leaders: int = 1,
+        fresh: int | None = None,
+        writers: int = 1,
     ) -> None:
         self._one = one
         self._many = many
         self._name = name
-        self._leaders = max(1, leaders)
-        self._max_writers = max(1, min(writers, self._leaders))
+        self._slots = Slots(leaders, fresh)
+        self._max_writers = max(1, min(writers, self._slots.most))
         self._changed = threading.Condition(threading.Lock())
         self._queue: list[_Pending] = []
-        self._in_flight = 0
         self._writers: list[threading.Thread] = []
         self._idle_writers = 0
         self._sleepers = 0
@@ -119,13 +184,17 @@ class GroupCommit:
         with self._changed:
             return GroupStats(commits=self._commits, batched=self._batched, largest=self._largest)
 
+    @property
+    def _in_flight(self) -> int:
+        return len(self._slots)
+
     def append(self, request: AppendRequest) -> JournalEntry:
         """Commit `request` from a sync caller; return its entry once it is durable."""
         changed = self._changed
         with changed:
-            if self._in_flight < self._leaders and not self._queue:
-                self._in_flight += 1
-                self._commits += 1
+            if not self._queue and self._slots.free(time.monotonic()):
+                token = self._slots.start(time.monotonic())
+                self._count(1)
                 pending = None
             else:
                 pending = _Pending(request)
@@ -134,19 +203,27 @@ class GroupCommit:
             try:
                 return self._one(request)  # alone: on this thread, as without group commit
             finally:
-                self._finished()
+                self._finished(token)
         future = pending.future
         while True:
             with changed:
-                while not future.done() and (self._in_flight >= self._leaders or not self._queue):
-                    self._sleepers += 1
-                    changed.wait()
-                    self._sleepers -= 1
+                while not future.done() and not self._may_lead():
+                    self._wait()
                 if future.done():
                     break
-                batch = self._take()
-            self._commit(batch)
+                batch, token = self._take()
+            self._commit(batch, token)
         return future.result()
+
+    def _may_lead(self) -> bool:
+        """Whether a queue waits and a commit may start (under the condition)."""
+        return bool(self._queue) and self._slots.free(time.monotonic())
+
+    def _wait(self) -> None:
+        """Wait for a commit to end, or for a fresh one to go stale (under the condition)."""
+        self._sleepers += 1
+        self._changed.wait(self._slots.recheck_in(time.monotonic()) if self._queue else None)
+        self._sleepers -= 1
 
     def submit(self, request: AppendRequest) -> concurrent.futures.Future[JournalEntry]:
         """Queue `request` from async code; the future is done once it is durable (or refused).
@@ -170,7 +247,7 @@ class GroupCommit:
                 )
                 self._writers.append(thread)
                 thread.start()
-            if self._in_flight < self._leaders:
+            if self._slots.free(time.monotonic()):
                 self._changed.notify_all()
         return pending.future
 
@@ -184,24 +261,31 @@ class GroupCommit:
             if thread is not threading.current_thread():
                 thread.join(timeout=30)
 
-    def _take(self) -> list[_Pending]:
-        """Take the whole queue as the next batch (under the condition)."""
-        batch, self._queue = self._queue, []
-        self._in_flight += 1
-        self._commits += 1
-        if len(batch) > 1:
-            self._batched += len(batch)
-            self._largest = max(self._largest, len(batch))
-        return batch
-
-    def _finished(self) -> None:
+    def count(self, appends: int) -> None:
+        """Count a commit of `appends` appends made outside this group (an async path's)."""
         with self._changed:
-            self._in_flight -= 1
+            self._count(appends)
+
+    def _count(self, appends: int) -> None:
+        self._commits += 1
+        if appends > 1:
+            self._batched += appends
+            self._largest = max(self._largest, appends)
+
+    def _take(self) -> tuple[list[_Pending], int]:
+        """Take the whole queue as the next batch, and its slot (under the condition)."""
+        batch, self._queue = self._queue, []
+        self._count(len(batch))
+        return batch, self._slots.start(time.monotonic())
+
+    def _finished(self, token: int) -> None:
+        with self._changed:
+            self._slots.end(token)
             if self._sleepers:
                 # Wakes the callers whose entries this commit settled, and the next leader.
                 self._changed.notify_all()
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[_Pending], token: int) -> None:
         """Commit a batch, settle each caller's future, and let the next leader go."""
         try:
             # A future cancelled before its batch started is withdrawn: nothing is written.
@@ -225,7 +309,7 @@ class GroupCommit:
                 else:
                     pending.future.set_result(result)
         finally:
-            self._finished()
+            self._finished(token)
 
     def _write(self) -> None:
         """A writer thread: leads a batch whenever async appends wait and no one leads."""
@@ -233,16 +317,14 @@ class GroupCommit:
         while True:
             with changed:
                 self._idle_writers += 1
-                while self._in_flight >= self._leaders or not self._queue:
+                while not self._may_lead():
                     if self._closed and not self._queue:
                         self._idle_writers -= 1
                         return
-                    self._sleepers += 1
-                    changed.wait()
-                    self._sleepers -= 1
+                    self._wait()
                 self._idle_writers -= 1
-                batch = self._take()
-            self._commit(batch)
+                batch, token = self._take()
+            self._commit(batch, token)
 
 
 class AppendWithdrawn(asyncio.CancelledError):
@@ -258,8 +340,11 @@ class CommittedThenCancelled(asyncio.CancelledError):
         """The entry, durable in the journal."""
 
 
-async def committed(future: concurrent.futures.Future[JournalEntry]) -> JournalEntry:
-    """Await an append submitted to a `GroupCommit` without blocking the event loop.
+async def committed(
+    waiting: asyncio.Future[JournalEntry] | concurrent.futures.Future[JournalEntry],
+    withdraw: Callable[[], bool] | None = None,
+) -> JournalEntry:
+    """Await a queued append's future without blocking the event loop.
 
     Cancellation never leaves the caller guessing: an append whose batch has not
     started is withdrawn (`AppendWithdrawn`: nothing is written); one already being
@@ -267,12 +352,20 @@ async def committed(future: concurrent.futures.Future[JournalEntry]) -> JournalE
     carries its entry. Both are `CancelledError`s, so the task ends cancelled as asked,
     and the caller, which never sees the entry returned, does not act on it: a tool
     whose INTENT was being committed is not started.
+
+    Args:
+        waiting: The append's future: a `GroupCommit.submit` one, or one of the loop's.
+        withdraw: Takes the append out of its queue if its batch has not started, and
+            says whether it did; by default, cancelling a `GroupCommit` future does it.
     """
-    waiting = asyncio.wrap_future(future)
+    if isinstance(waiting, concurrent.futures.Future):
+        withdraw = withdraw or waiting.cancel
+        waiting = asyncio.wrap_future(waiting)
+    assert withdraw is not None
     try:
         return await asyncio.shield(waiting)
     except asyncio.CancelledError:
-        if future.cancel():
+        if withdraw():
             raise AppendWithdrawn() from None
     while True:  # the commit is under way: wait for it, through any further cancel
         try:

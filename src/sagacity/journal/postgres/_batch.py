@@ -1,22 +1,25 @@
-"""A batch of PostgreSQL appends in one transaction: group commit (see `journal._group`).
+"""A batch of PostgreSQL appends in one statement: group commit (see `journal._group`).
 
-The appends that overlapped a commit in flight are written in one transaction on one
-connection, sorted by saga (stably: each saga's appends keep their order) so that two
-processes committing batches take the sagas' locks in the same order and cannot
-deadlock. Each append keeps its own semantics:
+The appends that overlapped a commit in flight are sealed on the heads this journal
+knows and written by one multi-row `INSERT`, committed as it runs: one round trip and
+one commit for the whole batch, whatever its size. A statement is atomic, so the batch
+is written whole or not at all. Each append keeps its own semantics:
 
-- a fenced append share-locks its lease row once per saga and batch, until the commit,
-  so a takeover waits for the batch and then reads its entries; a lease already taken
-  over refuses that saga's appends (`LeaseLostError`) and the others are written;
-- an `INSERT` whose seq another writer took writes nothing (`ON CONFLICT DO NOTHING`:
-  the transaction goes on) and the append takes the locked path, whose advisory lock
-  is then held to the commit;
-- a conditional append whose seq is taken is refused alone (`AppendConflictError`).
+- a fenced append's row is written only while its lease holds (its row share-locked
+  until the commit, so a takeover waits for the batch and then reads its entries); a
+  lease already taken over writes none of that saga's rows (`LeaseLostError`), and the
+  other sagas' rows are written;
+- an append whose saga's head this journal does not know (or knows to be contended), a
+  conditional append on a seq that is not that head, and every later append of that
+  saga in the batch, is committed on its own after the statement, through the journal's
+  ordinary path (the locked path, or `AppendConflictError`);
+- a row whose seq another writer took makes the statement fail, and nothing of it is
+  written.
 
-A batch that fails as a whole (a lost connection, a refused commit) is never dropped:
-its sagas' cached heads are forgotten and each append is redone on its own, through
-the journal's ordinary path with its retries. An append whose batch's `COMMIT` was sent
-and not answered is redone as in doubt: a row at its seq with its hash is that entry.
+A statement that fails (a taken seq, a lost connection) is never dropped: its sagas'
+cached heads are forgotten and each append is redone on its own, through the journal's
+ordinary path with its retries. When the statement was sent and its answer lost, each
+entry is in doubt: its retry looks for a row at its seq with its hash first.
 """
 
 from __future__ import annotations
@@ -28,181 +31,184 @@ from typing import TYPE_CHECKING
 import psycopg
 import psycopg_pool
 
-from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
+from sagacity.errors import JournalError
 from sagacity.journal._entry import JournalEntry
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._lease import lost
 from sagacity.journal._rows import row_of
-from sagacity.journal.postgres._database import Lease, is_transient
+from sagacity.journal.postgres._database import is_transient
+from sagacity.journal.postgres._steps import ALL, Statement, Steps, run_steps
 
 if TYPE_CHECKING:
     from sagacity.journal.postgres._journal import PostgresJournal, _Append
 
-__all__ = ["append_batch"]
-
-_REFUSALS = (AppendConflictError, LeaseLostError, SerializationError)
-"""What refuses one append of a batch alone; the others are written."""
+__all__ = ["Batch", "append_batch", "bulk_insert_sql"]
 
 
-class _Written:
-    __slots__ = ("entry", "fast", "index", "payload_bytes")
+class _Sealed:
+    """An append of the batch sealed on a known head, and its row."""
 
-    def __init__(self, index: int, entry: JournalEntry, payload_bytes: bytes, fast: bool) -> None:
+    __slots__ = ("append", "entry", "index", "payload_bytes", "token")
+
+    def __init__(
+        self,
+        index: int,
+        append: _Append,
+        entry: JournalEntry,
+        payload_bytes: bytes,
+        token: int | None,
+    ) -> None:
         self.index = index
+        self.append = append
         self.entry = entry
         self.payload_bytes = payload_bytes
-        self.fast = fast
+        self.token = token
+
+
+def bulk_insert_sql(table: str, leases: str, columns: str) -> bytes:
+    """The statement that writes a batch: one array per column, plus the fence tokens."""
+    names = [name.strip() for name in columns.split(",")]
+    types = ["text", "bigint", "text", "text", "text", "bigint", "text", "text", "text", "text"]
+    arrays = ", ".join(f"%b::{kind}[]" for kind in [*types, "bigint"])
+    values = ", ".join(f"v.{name}" for name in names)
+    return (
+        f"INSERT INTO {table} ({columns}) SELECT {values} "
+        f"FROM unnest({arrays}) AS v({columns}, token) "
+        f"WHERE v.token IS NULL OR EXISTS (SELECT 1 FROM {leases} l "
+        "WHERE l.saga_id = v.saga_id AND l.token = v.token FOR SHARE) "
+        "RETURNING saga_id, seq"
+    ).encode()
 
 
 def append_batch(
     journal: PostgresJournal, requests: Sequence[AppendRequest]
 ) -> list[JournalEntry | BaseException]:
-    """Commit `requests` in one transaction; each one's entry or its own refusal, in order."""
-    from sagacity.journal.postgres._journal import new_append
-
-    if journal._closed:
-        closed = JournalError(
-            f"sagas {_names(requests)}: cannot append: the journal is closed; open a new one"
-        )
-        return [closed] * len(requests)
-    appends = [new_append(request) for request in requests]
-    results: list[JournalEntry | BaseException | None] = [None] * len(requests)
-    written: list[_Written] = []
-    db = journal._db
-    commit_sent = False
-    try:
-        lease = db.checkout(time.monotonic() + db.settings.timeout)
+    """Commit `requests` together; each one's entry or its own refusal, in order."""
+    batch = Batch(journal, requests)
+    if batch.sealed:
+        db = journal._db
+        sent = False
         try:
-            cursor = lease.cursor
-            cursor.execute(b"BEGIN")
-            heads: dict[str, tuple[int, str]] = {}
-            fenced: set[tuple[str, int]] = set()
-            for index in sorted(range(len(appends)), key=lambda i: appends[i].saga_id):
-                try:
-                    done = _one(journal, lease, appends[index], heads, fenced)
-                except _REFUSALS as refusal:
-                    results[index] = refusal
-                    continue
-                written.append(_Written(index, *done))
-                results[index] = done[0]
-            commit_sent = True
-            cursor.execute(b"COMMIT")
-        except BaseException:
-            if not lease.conn.closed and lease.conn.info.transaction_status != _IDLE:
-                try:
-                    lease.conn.rollback()
-                except psycopg.Error:
-                    lease.conn.close()  # the pool discards it
-            raise
-        finally:
-            db.checkin(lease)
-    except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-        return _redo_alone(journal, appends, written, error, in_doubt=commit_sent)
-    for item in written:
-        journal._done(item.entry, fast=item.fast)
-    return [r for r in results if r is not None]
-
-
-def _one(
-    journal: PostgresJournal,
-    lease: Lease,
-    append: _Append,
-    heads: dict[str, tuple[int, str]],
-    fenced: set[tuple[str, int]],
-) -> tuple[JournalEntry, bytes, bool]:
-    """Write one append inside the batch's transaction: (entry, payload bytes, fast)."""
-    cursor = lease.cursor
-    saga_id, fence = append.saga_id, append.fence
-    if fence is not None and (saga_id, fence.token) not in fenced:
-        # Held until the commit: a takeover waits for the batch, then reads its entries.
-        if cursor.execute(journal._sql_fence_share, (saga_id, fence.token)).fetchone() is None:
-            raise lost(fence)
-        fenced.add((saga_id, fence.token))
-    known = heads.get(saga_id)
-    if known is None:
-        with journal._guard:
-            head = journal._heads.get(saga_id)
-            if head is not None and head.quiet_needed == 0:
-                known = (head.seq, head.hash)
-    expected = append.expected_seq
-    if expected is not None:
-        if known is None or known[0] != expected:
-            known = _head(journal, lease, saga_id)
-            if known[0] != expected:
-                raise AppendConflictError(saga_id, expected, known[0])
-        entry, payload_bytes = append.seal_after(*known)
-        if not _insert(journal, lease, entry, payload_bytes):
-            raise AppendConflictError(saga_id, expected, _head(journal, lease, saga_id)[0])
-        heads[saga_id] = (entry.seq, entry.hash)
-        return entry, payload_bytes, True
-    if known is not None:
-        entry, payload_bytes = append.seal_after(*known)
-        if _insert(journal, lease, entry, payload_bytes):
-            heads[saga_id] = (entry.seq, entry.hash)
-            return entry, payload_bytes, True
-        journal._conflict(append)
-    return _locked(journal, lease, append, heads)
-
-
-def _locked(
-    journal: PostgresJournal, lease: Lease, append: _Append, heads: dict[str, tuple[int, str]]
-) -> tuple[JournalEntry, bytes, bool]:
-    """The locked path inside the batch; its fence, if any, is share-locked already."""
-    row = lease.cursor.execute(
-        journal._sql_append_locked,
-        append.locked_args(journal._lock_key(append.saga_id), False, None),
-    ).fetchone()
-    entry, payload_bytes, _ = append.seal_locked(row, journal._db.settings.where)
-    heads[append.saga_id] = (entry.seq, entry.hash)
-    return entry, payload_bytes, False
-
-
-def _insert(journal: PostgresJournal, lease: Lease, entry: JournalEntry, payload: bytes) -> bool:
-    """Insert the entry; False when its seq is taken (the transaction goes on)."""
-    lease.cursor.execute(journal._sql_insert_batch, row_of(entry, payload))
-    return lease.cursor.rowcount == 1
-
-
-def _head(journal: PostgresJournal, lease: Lease, saga_id: str) -> tuple[int, str]:
-    """The saga's head as the transaction sees it now (READ COMMITTED: the latest)."""
-    return journal._read_head(lease, saga_id)
-
-
-def _redo_alone(
-    journal: PostgresJournal,
-    appends: list[_Append],
-    written: list[_Written],
-    error: BaseException,
-    *,
-    in_doubt: bool,
-) -> list[JournalEntry | BaseException]:
-    """The batch failed as a whole: redo each append on its own, with its retries.
-
-    Before its `COMMIT` was sent, or when the server refused it, nothing of the batch
-    is committed. When the `COMMIT` was sent and its answer lost, each entry written in
-    the batch is in doubt: its retry looks for a row at its seq with its hash first.
-    """
-    doubt = in_doubt and is_transient(error)
-    with journal._guard:
-        for append in appends:
-            journal._heads.pop(append.saga_id, None)
-    if doubt:
-        for item in written:
-            append = appends[item.index]
-            append.sent, append.in_doubt = (item.entry, item.payload_bytes), True
-    results: list[JournalEntry | BaseException] = []
-    for append in appends:
-        if not doubt or append.sent is None:
-            append.sent, append.in_doubt, append.locked_sent = None, False, False
+            lease = db.checkout(time.monotonic() + db.settings.timeout)
+            try:
+                sent = True
+                batch.written(run_steps(lease.cursor, batch.insert()))
+            finally:
+                db.checkin(lease)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+            batch.failed(error, sent=sent)
+    for index, append in batch.alone():
         try:
-            results.append(journal._append(append))
+            batch.results[index] = journal._append(append)
         except Exception as failure:
-            results.append(failure)
-    return results
+            batch.results[index] = failure
+    return batch.outcome()
+
+
+class Batch:
+    """A batch in progress: its sealed rows, what goes alone, and each one's result.
+
+    A driver (sync: `append_batch`; async: `_async.LoopWriter`) runs `insert()`, then
+    reports `written` or `failed`, then commits each of `alone()` on its own.
+    """
+
+    def __init__(self, journal: PostgresJournal, requests: Sequence[AppendRequest]) -> None:
+        from sagacity.journal.postgres._journal import new_append
+
+        self._journal = journal
+        self._appends = [new_append(request) for request in requests]
+        self.results: list[JournalEntry | BaseException | None] = [None] * len(requests)
+        if journal._closed:
+            closed = JournalError(
+                f"sagas {_names(requests)}: cannot append: the journal is closed; open a new one"
+            )
+            self.results = [closed] * len(requests)
+            self.sealed: list[_Sealed] = []
+            self._alone: list[int] = []
+        else:
+            self.sealed, self._alone = _seal(journal, self._appends)
+
+    def insert(self) -> Steps[list[tuple[str, int]]]:
+        """Write the sealed rows in one statement; the (saga, seq) of those written."""
+        columns: list[list[object]] = [[] for _ in range(11)]
+        for item in self.sealed:
+            row = (*row_of(item.entry, item.payload_bytes), item.token)
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        _, rows = yield Statement(self._journal._sql_insert_bulk, columns, ALL)
+        return [(str(saga_id), int(seq)) for saga_id, seq in rows]
+
+    def written(self, keys: list[tuple[str, int]]) -> None:
+        """The statement committed: settle its appends (a row filtered out lost its lease)."""
+        done = set(keys)
+        for item in self.sealed:
+            if (item.entry.saga_id, item.entry.seq) in done:
+                self.results[item.index] = self._journal._done(item.entry, fast=True)
+            else:
+                assert item.append.fence is not None  # only a fence filters a row out
+                self.results[item.index] = lost(item.append.fence)
+
+    def failed(self, error: BaseException, *, sent: bool) -> None:
+        """The statement failed: each of its appends is redone alone, with its retries.
+
+        A refused statement wrote nothing. One sent on a connection that was then lost
+        may have written every row: each append is redone in doubt, looking for its row
+        first.
+        """
+        journal = self._journal
+        transient = is_transient(error)
+        with journal._guard:
+            journal._conflicts += isinstance(error, psycopg.errors.UniqueViolation)
+            journal._reconnects += transient
+            for item in self.sealed:
+                journal._heads.pop(item.entry.saga_id, None)
+        for item in self.sealed:
+            if sent and transient:
+                item.append.sent, item.append.in_doubt = (item.entry, item.payload_bytes), True
+            self._alone.append(item.index)
+        self._alone.sort(key=lambda i: (self._appends[i].saga_id, i))  # each saga's in order
+
+    def alone(self) -> list[tuple[int, _Append]]:
+        """The appends to commit on their own, in order, by index."""
+        return [(index, self._appends[index]) for index in self._alone]
+
+    def outcome(self) -> list[JournalEntry | BaseException]:
+        """Each append's entry or refusal, in the order they were asked for."""
+        assert all(result is not None for result in self.results)
+        return [result for result in self.results if result is not None]
+
+
+def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Sealed], list[int]]:
+    """Seal what follows a known head; the rest (by index, in order) is committed alone.
+
+    Sorted by saga, stably, so that each saga's appends keep their order and two
+    processes' statements lock rows in the same order.
+    """
+    sealed: list[_Sealed] = []
+    alone: list[int] = []
+    heads: dict[str, tuple[int, str, int | None] | None] = {}
+    """Per saga: the head its next append follows and the batch's fence token, or None
+    once one of its appends goes alone (then all its later ones do too)."""
+    for index in sorted(range(len(appends)), key=lambda i: appends[i].saga_id):
+        append = appends[index]
+        saga_id = append.saga_id
+        token = None if append.fence is None else append.fence.token
+        if saga_id in heads:
+            known = heads[saga_id]
+        else:
+            with journal._guard:
+                head = journal._heads.get(saga_id)
+                known = None if head is None or head.quiet_needed else (head.seq, head.hash, token)
+        expected = append.expected_seq
+        if known is None or known[2] != token or (expected is not None and expected != known[0]):
+            heads[saga_id] = None
+            alone.append(index)
+            continue
+        entry, payload_bytes = append.seal_after(known[0], known[1])
+        heads[saga_id] = (entry.seq, entry.hash, token)
+        sealed.append(_Sealed(index, append, entry, payload_bytes, token))
+    return sealed, alone
 
 
 def _names(requests: Sequence[AppendRequest]) -> str:
     return ", ".join(repr(saga) for saga in sorted({r.saga_id for r in requests}))
-
-
-_IDLE = psycopg.pq.TransactionStatus.IDLE

@@ -249,7 +249,7 @@ class PostgresDatabase:
                     self._waiting += 1
                     break
                 lease = self._idle.pop()
-            if _server_spoke(lease.conn):
+            if server_spoke(lease.conn):
                 lease.conn.close()
                 self._give_back(lease)  # closed: the pool discards it and opens another
                 continue
@@ -295,7 +295,7 @@ class PostgresDatabase:
 
     def _drop_if_server_spoke(self, conn: psycopg.Connection[Any]) -> None:
         """The pool's check: close a connection the server ended while it sat idle."""
-        if _server_spoke(conn):
+        if server_spoke(conn):
             conn.close()  # closed, the pool discards it and opens another
             raise psycopg.OperationalError("the server ended this idle connection")
 
@@ -310,13 +310,20 @@ class PostgresDatabase:
 
     def may_retry(self, error: BaseException, deadline: float, attempt: int) -> bool:
         """After a failed attempt: wait a little and say yes, or say no to give up."""
-        if self.closed or not is_transient(error):
-            return False
-        pause = min(0.02 * 2**attempt, 0.5)
-        if time.monotonic() + pause >= deadline:
+        pause = self.retry_pause(error, deadline, attempt)
+        if pause is None:
             return False
         time.sleep(pause)
         return True
+
+    def retry_pause(self, error: BaseException, deadline: float, attempt: int) -> float | None:
+        """After a failed attempt: how long to wait before the next, or None to give up."""
+        if self.closed or not is_transient(error):
+            return None
+        pause: float = min(0.02 * 2**attempt, 0.5)
+        if time.monotonic() + pause >= deadline:
+            return None
+        return pause
 
     def describe_error(self, error: BaseException) -> str:
         """Say why an operation failed, in words an operator can act on."""
@@ -359,7 +366,7 @@ class Lease:
         """When it came out of the pool (`time.monotonic()`)."""
 
 
-def _server_spoke(conn: psycopg.Connection[Any]) -> bool:
+def server_spoke(conn: psycopg.BaseConnection[Any]) -> bool:
     """Tell whether the server wrote to an idle connection: unprompted, only to end it.
 
     (A restart, a failover, `pg_terminate_backend`.) One non-blocking `select`, under a

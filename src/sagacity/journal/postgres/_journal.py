@@ -31,11 +31,13 @@ identical row before it writes. An append is never dropped: it succeeds once, or
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import datetime
 import threading
 import time
+import weakref
 from typing import Any
 
 import psycopg
@@ -51,12 +53,14 @@ from sagacity.journal._entry import (
     seal,
     utc_timestamp,
 )
-from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats, committed
+from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
 from sagacity.journal._rows import entries_from_rows, row_of
-from sagacity.journal.postgres._batch import append_batch
-from sagacity.journal.postgres._database import Lease, PostgresDatabase, is_transient
+from sagacity.journal.postgres._async import FRESH_COMMITS, LoopWriter
+from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
+from sagacity.journal.postgres._database import PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
+from sagacity.journal.postgres._steps import NOTHING, ONE, Statement, Steps, run_steps
 
 __all__ = ["AppendStats", "PostgresJournal"]
 
@@ -305,16 +309,7 @@ class PostgresJournal:
             "FOR SHARE)"
         ).encode()
         self._sql_token = f"SELECT token FROM {leases} WHERE saga_id = %s"
-        # For a batch (see _batch.py): a taken seq writes nothing instead of aborting the
-        # transaction, and the lease is share-locked once per saga until the commit.
-        self._sql_insert_batch = (
-            f"INSERT INTO {table} ({_COLUMNS}) VALUES "
-            "(%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s) "
-            "ON CONFLICT ON CONSTRAINT sagacity_journal_pkey DO NOTHING"
-        ).encode()
-        self._sql_fence_share = (
-            f"SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint FOR SHARE"
-        ).encode()
+        self._sql_insert_bulk = bulk_insert_sql(table, leases, _COLUMNS)  # see _batch.py
         self._sql_acquire = (
             f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
             "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
@@ -358,8 +353,12 @@ class PostgresJournal:
             lambda requests: append_batch(self, requests),
             name=f"sagacity-postgres {self._db.settings.where}",
             leaders=max(1, self._db.settings.pool_max_size - 1),
-            writers=2,  # async appends: one batch's statements overlap the other's commit
+            fresh=FRESH_COMMITS,
         )
+        self._loop_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWriter] = (
+            weakref.WeakKeyDictionary()
+        )
+        """Async appends, per event loop (see `_async.py`)."""
 
     @property
     def group_stats(self) -> GroupStats:
@@ -422,16 +421,25 @@ class PostgresJournal:
         expected_seq: int | None = None,
         fence: SagaLease | None = None,
     ) -> JournalEntry:
-        """`append` for async code: the loop awaits the journal's writer threads.
+        """`append` for async code, on psycopg's async connections (see `_async.py`).
 
         Same guarantees and errors as `append`; see `committed` for cancellation.
         """
-        return await committed(
-            self._group.submit(
-                AppendRequest(
-                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
-                )
-            )
+        loop = asyncio.get_running_loop()
+        writer = self._loop_writers.get(loop)
+        if writer is None:
+            with self._guard:
+                if self._closed:
+                    raise JournalError(
+                        f"saga {saga_id!r}: cannot append {phase.value}: the journal is "
+                        "closed; open a new one"
+                    )
+                writer = self._loop_writers.get(loop)
+                if writer is None:
+                    writer = self._loop_writers[loop] = LoopWriter(self)
+                    weakref.finalize(loop, writer.close)  # its connections outlive no loop
+        return await writer.append(
+            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
 
     def _append_request(self, request: AppendRequest) -> JournalEntry:
@@ -444,8 +452,8 @@ class PostgresJournal:
         return self._append(new_append(request))
 
     def _append(self, append: _Append) -> JournalEntry:
+        """Commit an append on a pooled connection, redoing it after a lost connection."""
         db = self._db
-        saga_id = append.saga_id
         deadline = time.monotonic() + db.settings.timeout
         attempts = 0
         while True:
@@ -453,43 +461,55 @@ class PostgresJournal:
             try:
                 lease = db.checkout(deadline)
                 try:
-                    return self._attempt(lease, append)
+                    return run_steps(lease.cursor, self._attempt(append))
                 finally:
                     db.checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                if isinstance(error, psycopg.Error) and error.sqlstate == LEASE_LOST:
-                    assert append.fence is not None  # only a fenced append is refused so
-                    raise lost(append.fence) from None  # on the locked path: nothing written
-                if append.sent is not None:
-                    append.in_doubt = append.in_doubt or is_transient(error)
-                    if not append.in_doubt:
-                        append.sent = None  # the server refused it: nothing was written
-                if append.locked_sent and not is_transient(error):
-                    append.locked_sent = False  # refused, so not written
-                if db.may_retry(error, deadline, attempts):
-                    with self._guard:
-                        self._reconnects += 1
-                        self._heads.pop(saga_id, None)
-                    continue
-                raise JournalError(self._failure(append, error)) from error
+                pause = self._failed_try(append, error, deadline, attempts)
+            time.sleep(pause)
 
-    def _attempt(self, lease: Lease, append: _Append) -> JournalEntry:
+    def _failed_try(
+        self,
+        append: _Append,
+        error: psycopg.Error | psycopg_pool.PoolTimeout,
+        deadline: float,
+        attempts: int,
+    ) -> float:
+        """After a try failed: how long to pause before the next, or raise to give up."""
+        if isinstance(error, psycopg.Error) and error.sqlstate == LEASE_LOST:
+            assert append.fence is not None  # only a fenced append is refused so
+            raise lost(append.fence) from None  # on the locked path: nothing written
+        if append.sent is not None:
+            append.in_doubt = append.in_doubt or is_transient(error)
+            if not append.in_doubt:
+                append.sent = None  # the server refused it: nothing was written
+        if append.locked_sent and not is_transient(error):
+            append.locked_sent = False  # refused, so not written
+        pause = self._db.retry_pause(error, deadline, attempts)
+        if pause is None:
+            raise JournalError(self._failure(append, error)) from error
+        with self._guard:
+            self._reconnects += 1
+            self._heads.pop(append.saga_id, None)
+        return pause
+
+    def _attempt(self, append: _Append) -> Steps[JournalEntry]:
         """One try on one connection: the in-doubt entry, the fast path, the locked path."""
         saga_id = append.saga_id
         if append.sent is not None and append.in_doubt:
             entry = append.sent[0]
-            written = self._insert(lease, append, refused_if_gone=False)
-            if written or self._hash_at(lease, entry) == entry.hash:
+            written = yield from self._insert(append, refused_if_gone=False)
+            if written or (yield from self._hash_at(entry)) == entry.hash:
                 return self._done(entry, fast=True)
             if written is None:
                 assert append.fence is not None
                 raise lost(append.fence)  # the lost try did not write it, and now cannot
             append.sent, append.in_doubt = None, False  # another entry holds the seq
             if append.expected_seq is not None:
-                raise self._refused(lease, append.saga_id, append.expected_seq)
+                raise (yield from self._refused(saga_id, append.expected_seq))
             self._conflict(append)
         if append.expected_seq is not None:
-            return self._append_expected(lease, append, append.expected_seq)
+            return (yield from self._append_expected(append, append.expected_seq))
         with self._guard:  # seq and hash read together: another thread may move the head
             head = self._heads.get(saga_id)
             if head is not None:
@@ -499,13 +519,13 @@ class PostgresJournal:
         # that try wrote the entry.
         if head is not None and quiet and not append.locked_sent:
             append.sent = append.seal_after(*seen)
-            if self._insert(lease, append):
+            if (yield from self._insert(append)):
                 return self._done(append.sent[0], fast=True)
             append.sent = None
             self._conflict(append)
-        return self._append_locked(lease, append, None if head is None else (head, seen))
+        return (yield from self._append_locked(append, None if head is None else (head, seen)))
 
-    def _append_expected(self, lease: Lease, append: _Append, expected: int) -> JournalEntry:
+    def _append_expected(self, append: _Append, expected: int) -> Steps[JournalEntry]:
         """Append at seq `expected` + 1 with one `INSERT`, or raise `AppendConflictError`.
 
         The entry is chained to the hash of seq `expected`: the cached head's if it is
@@ -521,31 +541,31 @@ class PostgresJournal:
                 if head.seq == expected:
                     prev_hash = head.hash
         if prev_hash is None:
-            found, prev_hash = self._read_head(lease, saga_id)
+            found, prev_hash = yield from self._read_head(saga_id)
             if found != expected:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
-        if self._insert(lease, append):
+        if (yield from self._insert(append)):
             return self._done(append.sent[0], fast=True)
         append.sent = None
-        raise self._refused(lease, saga_id, expected)
+        raise (yield from self._refused(saga_id, expected))
 
-    def _refused(self, lease: Lease, saga_id: str, expected: int) -> AppendConflictError:
+    def _refused(self, saga_id: str, expected: int) -> Steps[AppendConflictError]:
         """The error for a conditional append whose seq another writer took."""
-        found, _ = self._read_head(lease, saga_id)
+        found, _ = yield from self._read_head(saga_id)
         return AppendConflictError(saga_id, expected, found)
 
-    def _read_head(self, lease: Lease, saga_id: str) -> tuple[int, str]:
+    def _read_head(self, saga_id: str) -> Steps[tuple[int, str]]:
         """Read the saga's last seq and hash ((0, genesis) when it has none) and cache it."""
-        row = lease.cursor.execute(self._sql_head, (saga_id,)).fetchone()
+        _, row = yield Statement(self._sql_head, (saga_id,), ONE)
         seq, hash = (0, GENESIS_HASH) if row is None else (int(row[0]), str(row[1]))
         with self._guard:
             self._move_head(saga_id, seq, hash)
         return seq, hash
 
     def _append_locked(
-        self, lease: Lease, append: _Append, known: tuple[_Head, tuple[int, str]] | None
-    ) -> JournalEntry:
+        self, append: _Append, known: tuple[_Head, tuple[int, str]] | None
+    ) -> Steps[JournalEntry]:
         """Append through `sagacity_append_locked`: lock, read the head, hash, insert.
 
         One statement and one round trip; the saga's advisory lock is held only while
@@ -553,10 +573,11 @@ class PostgresJournal:
         """
         find_own, append.locked_sent = append.locked_sent, True
         fence_token = None if append.fence is None else append.fence.token
-        row = lease.cursor.execute(
+        _, row = yield Statement(
             self._sql_append_locked,
             append.locked_args(self._lock_key(append.saga_id), find_own, fence_token),
-        ).fetchone()
+            ONE,
+        )
         append.locked_sent = False
         entry, _, lost = append.seal_locked(row, self._db.settings.where)
         seq, prev_hash = entry.seq, entry.prev_hash
@@ -591,9 +612,7 @@ class PostgresJournal:
         """
         return LOCK_CLASS, self._lock_key(saga_id)
 
-    def _insert(
-        self, lease: Lease, append: _Append, *, refused_if_gone: bool = True
-    ) -> bool | None:
+    def _insert(self, append: _Append, *, refused_if_gone: bool = True) -> Steps[bool | None]:
         """Insert the entry last sealed, committing it; False when its seq was taken.
 
         A plain INSERT, not `ON CONFLICT DO NOTHING`: speculative insertion costs the
@@ -606,12 +625,14 @@ class PostgresJournal:
         fence = append.fence
         try:
             if fence is None:
-                lease.cursor.execute(self._sql_insert, row)
+                yield Statement(self._sql_insert, row, NOTHING)
                 return True
-            lease.cursor.execute(self._sql_insert_fenced, (*row, append.saga_id, fence.token))
+            count, _ = yield Statement(
+                self._sql_insert_fenced, (*row, append.saga_id, fence.token), NOTHING
+            )
         except psycopg.errors.UniqueViolation:
             return False
-        if lease.cursor.rowcount == 1:
+        if count == 1:
             return True
         if refused_if_gone:
             raise lost(fence)
@@ -672,9 +693,9 @@ class PostgresJournal:
             ),
         )
 
-    def _hash_at(self, lease: Lease, entry: JournalEntry) -> str | None:
+    def _hash_at(self, entry: JournalEntry) -> Steps[str | None]:
         """The hash of the row at `entry`'s seq, if there is one."""
-        row = lease.conn.execute(self._sql_hash_at, (entry.saga_id, entry.seq)).fetchone()
+        _, row = yield Statement(self._sql_hash_at, (entry.saga_id, entry.seq), ONE)
         return None if row is None else str(row[0])
 
     def _done(self, entry: JournalEntry, *, fast: bool) -> JournalEntry:
@@ -781,7 +802,11 @@ class PostgresJournal:
         """Release this journal's hold on the connection pool; closing twice is harmless."""
         if not self._closed:
             self._group.close()  # what is queued is committed first
-            self._closed = True
+            with self._guard:
+                self._closed = True
+                writers = list(self._loop_writers.values())
+            for writer in writers:
+                writer.close()
             self._db.release()
 
 

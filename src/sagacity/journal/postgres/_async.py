@@ -1,0 +1,264 @@
+"""PostgreSQL appends from async code, on psycopg's async connections, on the caller's loop.
+
+An async append never hands its work to a thread: the event loop sends its statements on
+a `psycopg.AsyncConnection` and awaits each answer, so one async saga costs what its
+commits cost, and the loop is never blocked on the database. The statements are the
+sync path's own (`_steps`), and so are the retries after a lost connection.
+
+Each event loop has its own `LoopWriter`: its idle connections (at most `pool_max_size`
+open, reused LIFO, checked before use like the sync pool's) and its group commit.
+Appends that find `FRESH_COMMITS` commits in flight queue (see `Slots`), and when one
+ends the whole queue goes as one batch (`_batch`): one statement and one commit for all.
+
+Not `psycopg_pool.AsyncConnectionPool`: a pool's worker tasks belong to the loop that
+opened it and die with it, while a journal outlives loops (each `asyncio.run` is a new
+one). A writer holds nothing but connections, which `close` ends from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg_pool
+
+from sagacity.errors import JournalError
+from sagacity.journal._entry import JournalEntry
+from sagacity.journal._group import AppendRequest, Slots, committed
+from sagacity.journal.postgres._batch import Batch
+from sagacity.journal.postgres._database import server_spoke
+from sagacity.journal.postgres._steps import arun_steps
+
+if TYPE_CHECKING:
+    from sagacity.journal.postgres._journal import PostgresJournal, _Append
+
+__all__ = ["LoopWriter"]
+
+FRESH_COMMITS = 2
+"""Commits in flight before appends queue for a batch (see `Slots`): fewer, larger
+commits leave the loop more time for everything else (docs/performance.md)."""
+
+_OK = psycopg.pq.ConnStatus.OK
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+class _Pending:
+    __slots__ = ("future", "request", "started")
+
+    def __init__(self, request: AppendRequest, future: asyncio.Future[JournalEntry]) -> None:
+        self.request = request
+        self.future = future
+        self.started = False
+
+
+class _AsyncLease:
+    __slots__ = ("conn", "cursor")
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.conn = conn
+        self.cursor = conn.cursor()
+
+
+class LoopWriter:
+    """A journal's async appends on one event loop: its connections and group commit."""
+
+    def __init__(self, journal: PostgresJournal) -> None:
+        self._journal = journal
+        self._slots = Slots(journal._db.settings.pool_max_size, FRESH_COMMITS)
+        self._kick: asyncio.TimerHandle | None = None
+        """Starts the queue when a commit in flight goes stale, if none ends first."""
+        self._guard = threading.Lock()  # `close` may come from another thread
+        self._idle: list[_AsyncLease] = []
+        self._closed = False
+        self._queue: list[_Pending] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def append(self, request: AppendRequest) -> JournalEntry:
+        """Commit `request`; return its entry once durable (see `committed` for cancel)."""
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        if not self._queue and self._slots.free(time.monotonic()):
+            self._start([pending])
+        else:
+            self._queue.append(pending)
+            self._start_queue()
+        return await committed(pending.future, lambda: self._withdraw(pending))
+
+    @property
+    def _in_flight(self) -> int:
+        return len(self._slots)
+
+    def _start_queue(self) -> None:
+        """Start the queue as a batch if a commit may start; else look again when one may."""
+        if not self._queue:
+            return
+        now = time.monotonic()
+        if self._slots.free(now):
+            queued, self._queue = self._queue, []
+            self._start(queued)
+        elif self._kick is None:
+            again = self._slots.recheck_in(now)
+            if again is not None:
+                self._kick = asyncio.get_running_loop().call_later(again, self._kicked)
+
+    def _kicked(self) -> None:
+        self._kick = None
+        self._start_queue()
+
+    def close(self) -> None:
+        """End the idle connections; those in use end when their commit does."""
+        with self._guard:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for lease in idle:
+            lease.conn.pgconn.finish()  # what `AsyncConnection.close` does, without a loop
+
+    def _withdraw(self, pending: _Pending) -> bool:
+        if pending.started:
+            return False
+        self._queue.remove(pending)
+        return True
+
+    def _start(self, batch: list[_Pending]) -> None:
+        token = self._slots.start(time.monotonic())
+        for pending in batch:
+            pending.started = True
+        self._journal._group.count(len(batch))
+        task = asyncio.get_running_loop().create_task(self._commit(batch, token))
+        self._tasks.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
+
+    async def _commit(self, batch: list[_Pending], token: int) -> None:
+        """Commit a batch, settle each caller's future, and start the next batch."""
+        results: list[JournalEntry | BaseException]
+        try:
+            if len(batch) == 1:
+                try:
+                    results = [await self._one(batch[0].request)]
+                except Exception as error:
+                    results = [error]
+            else:
+                results = await self._many([pending.request for pending in batch])
+            for pending, result in zip(batch, results, strict=True):
+                if isinstance(result, BaseException):
+                    pending.future.set_exception(result)
+                else:
+                    pending.future.set_result(result)
+        except BaseException:
+            # Cancelled with the loop: what was sent may or may not be committed.
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(
+                        JournalError(
+                            f"saga {pending.request.saga_id!r}: the append of "
+                            f"{pending.request.phase.value} was interrupted (its event loop "
+                            "cancelled it); the entry may or may not have been committed"
+                        )
+                    )
+            raise
+        finally:
+            self._slots.end(token)
+            if _cancelling():  # the loop is ending: nothing more is sent
+                queued, self._queue = self._queue, []
+                for pending in queued:
+                    pending.future.set_exception(
+                        JournalError(
+                            f"saga {pending.request.saga_id!r}: {pending.request.phase.value} "
+                            "was not appended: its event loop is ending"
+                        )
+                    )
+            else:
+                self._start_queue()
+
+    async def _one(self, request: AppendRequest) -> JournalEntry:
+        from sagacity.journal.postgres._journal import new_append
+
+        if self._journal._closed:
+            raise JournalError(
+                f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
+                "is closed; open a new one"
+            )
+        return await self._append(new_append(request))
+
+    async def _append(self, append: _Append) -> JournalEntry:
+        """`PostgresJournal._append` on this loop's connections."""
+        journal = self._journal
+        deadline = time.monotonic() + journal._db.settings.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                lease = await self._checkout(deadline)
+                try:
+                    return await arun_steps(lease.cursor, journal._attempt(append))
+                finally:
+                    self._checkin(lease)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                pause = journal._failed_try(append, error, deadline, attempts)
+            await asyncio.sleep(pause)
+
+    async def _many(self, requests: list[AppendRequest]) -> list[JournalEntry | BaseException]:
+        """`_batch.append_batch` on this loop's connections."""
+        batch = Batch(self._journal, requests)
+        if batch.sealed:
+            sent = False
+            try:
+                lease = await self._checkout(time.monotonic() + self._journal._db.settings.timeout)
+                try:
+                    sent = True
+                    batch.written(await arun_steps(lease.cursor, batch.insert()))
+                finally:
+                    self._checkin(lease)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                batch.failed(error, sent=sent)
+        for index, append in batch.alone():
+            try:
+                batch.results[index] = await self._append(append)
+            except Exception as failure:
+                batch.results[index] = failure
+        return batch.outcome()
+
+    async def _checkout(self, deadline: float) -> _AsyncLease:
+        """An idle connection the server has not ended, else a new one."""
+        db = self._journal._db
+        while True:
+            with self._guard:
+                if self._closed or db.closed:
+                    raise psycopg_pool.PoolClosed(
+                        f"the connection pool of {db.settings.where} is closed"
+                    )
+                if not self._idle:
+                    break
+                lease = self._idle.pop()
+            if not server_spoke(lease.conn):
+                return lease
+            lease.conn.pgconn.finish()
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                conn = await psycopg.AsyncConnection.connect(
+                    db.settings.conninfo,
+                    autocommit=True,  # an append is one statement, committed as it runs
+                    prepare_threshold=0,
+                    client_encoding="utf8",
+                )
+        except TimeoutError:
+            raise psycopg_pool.PoolTimeout(
+                f"no connection to {db.settings.where} within {db.settings.timeout:g} s"
+            ) from None
+        return _AsyncLease(conn)
+
+    def _checkin(self, lease: _AsyncLease) -> None:
+        pgconn = lease.conn.pgconn
+        if pgconn.status == _OK and pgconn.transaction_status == _IDLE:
+            with self._guard:
+                if not self._closed:
+                    self._idle.append(lease)
+                    return
+        lease.conn.pgconn.finish()
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

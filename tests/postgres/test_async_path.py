@@ -1,0 +1,135 @@
+"""PostgreSQL appends from async code: the loop's own async connections, and their lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sagacity import JournalError, Phase, Sagacity, SagaOutcome, compensable, verify
+from sagacity.journal.postgres import PostgresJournal
+from tests.postgres.test_faults import Admin
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def journal(pg_url: str) -> Iterator[PostgresJournal]:
+    journal = PostgresJournal(pg_url)
+    yield journal
+    journal.close()
+
+
+def idle_pids(journal: PostgresJournal) -> list[int]:
+    """The server pids of the running loop's idle async connections."""
+    writer = journal._loop_writers[asyncio.get_running_loop()]
+    return [lease.conn.info.backend_pid for lease in writer._idle]
+
+
+def wait_gone(admin: Admin, pids: list[int]) -> None:
+    for _ in range(500):
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        rows = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", (pids,)
+        ).fetchall()
+        if not rows:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"backends {pids} still connected")
+
+
+@compensable(by="release")
+async def reserve(sku: str) -> str:
+    return f"res-{sku}"
+
+
+def release(ctx: object) -> None:
+    """Release stock."""
+
+
+class TestOnTheLoop:
+    def test_an_async_saga_uses_no_thread_for_its_appends(self, pg_url: str) -> None:
+        """Its INTENT and EXECUTED go out on the loop's async connection, not a writer thread."""
+        sagacity = Sagacity.from_url(pg_url)
+        (tool,) = sagacity.wrap(reserve)
+        try:
+
+            async def work() -> str:
+                return str(await tool("A-1"))
+
+            result = asyncio.run(sagacity.asaga("order-1", work))
+            assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-A-1")
+            group = sagacity.journal._group  # type: ignore[attr-defined]
+            assert group._writers == []  # no writer thread was ever started
+            assert group.stats.commits >= 3  # INTENT, EXECUTED and ENDED, counted
+            assert verify(sagacity.journal, "order-1").ok
+        finally:
+            sagacity.close()
+
+    def test_one_journal_serves_loop_after_loop(self, journal: PostgresJournal) -> None:
+        """Each `asyncio.run` is a new loop: each gets its own connections, the chain goes on."""
+        for n in range(3):
+            entry = asyncio.run(journal.aappend("order-1", Phase.INTENT, payload={"n": n}))
+            assert entry.seq == n + 1
+        assert [e.payload for e in journal.entries("order-1")] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+    def test_appends_from_two_loops_on_two_threads_interleave_in_one_chain(
+        self, journal: PostgresJournal
+    ) -> None:
+        def on_a_loop(tag: str) -> None:
+            async def appends() -> None:
+                for n in range(20):
+                    await journal.aappend("shared", Phase.INTENT, payload=f"{tag}{n}")
+
+            asyncio.run(appends())
+
+        threads = [threading.Thread(target=on_a_loop, args=(tag,)) for tag in "ab"]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        entries = journal.entries("shared")
+        assert [e.seq for e in entries] == list(range(1, 41))
+        for tag in "ab":  # each loop's appends in the order it made them
+            assert [e.payload for e in entries if str(e.payload)[0] == tag] == [
+                f"{tag}{n}" for n in range(20)
+            ]
+        assert verify(journal, "shared").ok
+
+
+class TestConnectionsEnd:
+    def test_with_the_journal(self, pg_url: str, admin: Admin) -> None:
+        journal = PostgresJournal(pg_url)
+        loop = asyncio.new_event_loop()
+        try:
+
+            async def append() -> list[int]:
+                await journal.aappend("order-1", Phase.INTENT)
+                return idle_pids(journal)
+
+            pids = loop.run_until_complete(append())
+            assert len(pids) == 1
+            journal.close()  # from outside the loop, which still exists
+            wait_gone(admin, pids)
+            with pytest.raises(JournalError, match="closed"):
+                loop.run_until_complete(journal.aappend("order-1", Phase.EXECUTED, ref_seq=1))
+        finally:
+            loop.close()
+            journal.close()
+
+    def test_with_their_loop(self, journal: PostgresJournal, admin: Admin) -> None:
+        """A loop gone (its `asyncio.run` returned) takes its connections along."""
+
+        async def append() -> list[int]:
+            await journal.aappend("order-1", Phase.INTENT)
+            return idle_pids(journal)
+
+        pids = asyncio.run(append())
+        gc.collect()  # the loop is unreachable: its writer is let go with it
+        wait_gone(admin, pids)
+        assert len(journal._loop_writers) == 0
+        assert journal.append("order-1", Phase.EXECUTED, ref_seq=1).seq == 2

@@ -1,0 +1,147 @@
+"""A group-commit batch cut off mid-flight, on the sync path and on the event loop's.
+
+A batch is one multi-row INSERT. Whatever becomes of it (its backend killed while it
+waits, its reply lost after the server committed it, a lease taken over under one of
+its sagas), every entry ends up written exactly once, each chain valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+from collections.abc import Iterator, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from sagacity import LeaseLostError, Phase
+from sagacity.audit import verify
+from sagacity.journal import JournalEntry
+from sagacity.journal._group import AppendRequest
+from sagacity.journal.postgres import PostgresJournal
+from sagacity.journal.postgres._async import LoopWriter
+from tests.postgres.test_faults import Admin, blocked_backend, in_thread, terminate, through_proxy
+
+pytestmark = pytest.mark.postgres
+
+Results = list[JournalEntry | BaseException]
+
+
+@pytest.fixture(params=["sync", "loop"], ids=["sync-batch", "loop-batch"])
+def driver(request: pytest.FixtureRequest) -> str:
+    """Which batch path commits: a sync caller's, or an event loop's (async connections)."""
+    return str(request.param)
+
+
+def commit_batch(
+    journal: PostgresJournal, requests: Sequence[AppendRequest], driver: str
+) -> Results:
+    """Commit `requests` as one batch on `driver`'s path; each one's entry or error."""
+    if driver == "sync":
+        results: Results = journal._group._many(requests)  # type: ignore[attr-defined]
+        return results
+
+    async def on_the_loop() -> Results:
+        writer = LoopWriter(journal)
+        try:
+            return await writer._many(list(requests))
+        finally:
+            writer.close()
+
+    return asyncio.run(on_the_loop())
+
+
+def entries_of(results: Results) -> list[JournalEntry]:
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if isinstance(result, JournalEntry)]
+
+
+@pytest.fixture
+def journal(pg_url: str) -> Iterator[PostgresJournal]:
+    journal = PostgresJournal(pg_url)
+    yield journal
+    journal.close()
+
+
+def executed(saga_id: str) -> AppendRequest:
+    return AppendRequest(saga_id, Phase.EXECUTED, tool_name="reserve", ref_seq=1, payload="ok")
+
+
+class TestCutOff:
+    def test_killed_while_its_statement_waits(
+        self, journal: PostgresJournal, pg_url: str, admin: Admin, driver: str
+    ) -> None:
+        """Its backend killed, nothing written: each append is redone alone, once."""
+        intents = [journal.append(s, Phase.INTENT, tool_name="reserve") for s in ("a-1", "b-1")]
+        schema = dict(p.split("=") for p in urlsplit(pg_url).query.split("&"))["schema"]
+        admin.execute("BEGIN")  # an uncommitted row at a-1's seq 2 makes the INSERT wait
+        admin.execute(
+            f'INSERT INTO "{schema}".sagacity_journal VALUES '
+            "('a-1', 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
+            (intents[0].hash, "f" * 64),
+        )
+        thread, outcome = in_thread(
+            lambda: commit_batch(journal, [executed("a-1"), executed("b-1")], driver)  # type: ignore[arg-type, return-value]
+        )
+        terminate(admin, blocked_backend(admin))
+        admin.execute("ROLLBACK")
+        thread.join()
+        written = entries_of(outcome["entry"])
+        assert [(e.saga_id, e.seq, e.prev_hash) for e in written] == [
+            ("a-1", 2, intents[0].hash),
+            ("b-1", 2, intents[1].hash),
+        ]
+        for intent, entry in zip(intents, written, strict=True):
+            assert journal.entries(intent.saga_id) == [intent, entry]
+        assert journal.stats.reconnects >= 1
+        assert verify(journal).ok
+
+    def test_reply_lost_after_the_commit(self, pg_url: str, driver: str) -> None:
+        """The server committed the batch and its reply was lost: no entry is written twice."""
+        proxy, url = through_proxy(pg_url)
+        journal = PostgresJournal(url)
+        try:
+            intents = [journal.append(s, Phase.INTENT, tool_name="reserve") for s in ("a", "b")]
+            proxy.cut_reply_containing(b"INSERT 0 2")  # the batch's two rows, committed
+            written = entries_of(commit_batch(journal, [executed("a"), executed("b")], driver))
+            assert proxy.cuts == 1
+            for intent, entry in zip(intents, written, strict=True):
+                assert journal.entries(intent.saga_id) == [intent, entry]
+                assert entry.seq == 2
+            assert journal.stats.conflicts == 0
+            assert verify(journal).ok
+        finally:
+            journal.close()
+            proxy.close()
+
+
+class TestLeaseInABatch:
+    def test_a_saga_taken_over_writes_none_of_its_rows_and_the_others_land(
+        self, journal: PostgresJournal, driver: str
+    ) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        later = now + datetime.timedelta(hours=1)
+        stale = journal.acquire_lease("taken", "w1", now=now, expires_at=now)
+        for saga_id in ("taken", "kept"):
+            journal.append(saga_id, Phase.INTENT, tool_name="reserve")  # heads known: sealed
+        journal.acquire_lease("taken", "w2", now=now, expires_at=later)  # takes it over
+        held = journal.acquire_lease("kept", "w1", now=now, expires_at=later)
+        results = commit_batch(
+            journal,
+            [
+                executed("taken")._replace(fence=stale),
+                AppendRequest("taken", Phase.ENDED, fence=stale),
+                executed("kept")._replace(fence=held),
+                AppendRequest("kept", Phase.ENDED, fence=held),
+            ],
+            driver,
+        )
+        assert [type(r) for r in results[:2]] == [LeaseLostError, LeaseLostError]
+        kept: list[Any] = results[2:]
+        assert [(e.seq, e.phase) for e in kept] == [(2, Phase.EXECUTED), (3, Phase.ENDED)]
+        assert [e.seq for e in journal.entries("taken")] == [1]
+        assert journal.entries("kept")[1:] == kept
+        assert verify(journal).ok
