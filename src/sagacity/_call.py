@@ -11,6 +11,7 @@ from sagacity import _telemetry
 from sagacity._classify import FailureKind, error_json
 from sagacity._history import CONTROL_FLOW, CallState, payload_of
 from sagacity._ids import require_id
+from sagacity._offloop import finished_off_loop
 from sagacity._scope import SagaScope
 from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
@@ -445,9 +446,7 @@ class Call:
             self.scope.failed = True  # the INTENT stays in doubt (see `executed`)
             raise
         self.scope.suspended.discard(self.call_id)
-        # On the loop's thread, as the approval gate (see `abegin`): a worker thread's
-        # write could be cancelled with the task before it started, leaving it unused.
-        self._consume_request()
+        await self._aconsume_request()
 
     def _result_payload(self, result: Any) -> JsonValue | TypeError:
         """The EXECUTED payload, or the refusal of a result that is an unread generator."""
@@ -480,7 +479,7 @@ class Call:
             await self._aappend_outcome(Phase.FAILED, payload)
         except JournalError as journal_error:
             raise journal_error from error
-        self._consume_request()  # see `aexecuted`
+        await self._aconsume_request()
 
     def _failure_payload(self, error: BaseException) -> JsonValue:
         """Classify `error`, mark the saga as its kind says, and return the FAILED payload."""
@@ -535,6 +534,11 @@ class Call:
     def _consume_request(self) -> None:
         if self.request is not None:
             self.scope.owner.approval.consume(self.request)
+
+    async def _aconsume_request(self) -> None:
+        """`_consume_request` off the loop, finished even if the task is cancelled."""
+        if self.request is not None:
+            await finished_off_loop(self._consume_request)
 
 
 def _gated(tool: JournaledTool) -> str:

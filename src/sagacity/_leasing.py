@@ -14,6 +14,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from sagacity._history import SagaHistory
+from sagacity._offloop import finished_off_loop
 from sagacity.errors import JournalError, LeaseLostError, SagaBusyError
 from sagacity.journal import SideEffectJournal
 from sagacity.journal._lease import SagaLease
@@ -110,16 +111,7 @@ class LeaseKeeper:
         Done even if the task is cancelled meanwhile: a release left unstarted would leave
         the renewer holding the saga for nobody.
         """
-        releasing = asyncio.ensure_future(asyncio.to_thread(self.__exit__, kind, error, traceback))
-        cancelled = False
-        while not releasing.done():
-            try:
-                await asyncio.shield(releasing)
-            except asyncio.CancelledError:
-                cancelled = True
-        releasing.result()
-        if cancelled:
-            raise asyncio.CancelledError()
+        await finished_off_loop(lambda: self.__exit__(kind, error, traceback))
 
     def _acquired(self, deadline: float, pause: float) -> bool:
         """Try once; False when the saga is busy and waiting `pause` more is allowed."""
