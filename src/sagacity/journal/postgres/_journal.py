@@ -308,9 +308,11 @@ class PostgresJournal:
             f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
             "FOR SHARE)"
         ).encode()
-        self._sql_token = f"SELECT token FROM {leases} WHERE saga_id = %s"
         self._sql_insert_bulk = bulk_insert_sql(table, leases, _COLUMNS)  # see _batch.py
+        # One statement, one round trip: the lease if it is free, else its holder (as the
+        # statement's snapshot has it: a holder the statement locked, unchanged).
         self._sql_acquire = (
+            "WITH granted AS ("
             f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
             "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
             f"(SELECT coalesce(max(seq), 0) FROM {table} WHERE saga_id = %(saga)s)) "
@@ -319,9 +321,12 @@ class PostgresJournal:
             "since_seq = excluded.since_seq WHERE l.expires_at <= %(now)s "
             # A saga ended since the lease was taken is free: its holder has nothing left.
             f"OR EXISTS (SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id "
-            "AND j.phase = 'ENDED' AND j.seq > l.since_seq) RETURNING token"
+            "AND j.phase = 'ENDED' AND j.seq > l.since_seq) "
+            "RETURNING owner, token, expires_at) "
+            "SELECT owner, token, expires_at FROM granted UNION ALL "
+            f"SELECT owner, token, expires_at FROM {leases} "
+            "WHERE saga_id = %(saga)s AND NOT EXISTS (SELECT 1 FROM granted)"
         )
-        self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
         self._sql_set_expiry = (
             f"UPDATE {leases} SET expires_at = %s WHERE saga_id = %s AND token = %s::bigint"
         )
@@ -644,22 +649,14 @@ class PostgresJournal:
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
-
-        def acquire(conn: psycopg.Connection[tuple[object, ...]]) -> tuple[object, ...] | None:
-            with conn.transaction():
-                granted = conn.execute(
-                    self._sql_acquire,
-                    {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now},
-                ).fetchone()
-                if granted is not None:
-                    return (owner, granted[0], expires_at)
-                # Held: by another worker, or by this one when the reply of a try that
-                # took it was lost (its owner and expiry are this acquisition's own).
-                return conn.execute(self._sql_holder, (saga_id,)).fetchone()
-
+        # Held: by another worker, or by this one when the reply of a try that took it
+        # was lost (its owner and expiry are this acquisition's own).
         row = self._db.run(
             lambda: f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}",
-            acquire,
+            lambda conn: conn.execute(
+                self._sql_acquire,
+                {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now},
+            ).fetchone(),
         )
         assert row is not None  # granted, or a row holds the saga
         held = SagaLease(
