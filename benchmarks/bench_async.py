@@ -47,6 +47,7 @@ SIZES = tuple(
 """Numbers of concurrent sagas; `SAGACITY_BENCH_SIZES=16,64` runs only those."""
 THREADS = 4 if QUICK else 16
 ROUNDS = 1 if QUICK else 3
+SINGLE_ROUNDS = 1 if QUICK else 9
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
 
@@ -235,23 +236,14 @@ def pg_main(url: str) -> None:
     except Exception as error:
         print(f"bench_async: PostgreSQL SKIPPED, no server at {url}: {error}")
         return
-    print(f"### PostgreSQL at {url}: {CALLS} calls per saga, best of {ROUNDS} rounds")
+    print(f"### PostgreSQL at {url}: {CALLS} calls per saga, {rounds_text()}")
     with pg_schemas(url) as schema_url:
         for sagas in SIZES:
-            floors, runs, lags, floor_lags = [], [], [], []
-            for round_ in range(ROUNDS):
-                floor_rate, floor_lag = asyncio.run(pg_floor(url, schema_url("floor"), sagas))
-                floors.append(floor_rate)
-                floor_lags.append(floor_lag)
-                sagacity = Sagacity.from_url(schema_url("saga"))
-                try:
-                    rate, lag = asyncio.run(journaled(sagacity, sagas, f"r{round_}"))
-                finally:
-                    sagacity.close()
-                runs.append(rate)
-                lags.append(lag)
-            report(
-                f"PostgreSQL async N={sagas}", max(runs), max(floors), (max(lags), max(floor_lags))
+            compare(
+                f"PostgreSQL async N={sagas}",
+                sagas,
+                lambda n=sagas: asyncio.run(pg_floor(url, schema_url("floor"), n)),
+                lambda _: Sagacity.from_url(schema_url("saga")),
             )
         threads_report(
             "PostgreSQL",
@@ -310,23 +302,18 @@ async def sqlite_floor(folder: Path, sagas: int) -> tuple[float, float]:
 
 
 def sqlite_main() -> None:
-    print(f"### SQLite {sqlite3.sqlite_version}: {CALLS} calls per saga, best of {ROUNDS} rounds")
+    print(f"### SQLite {sqlite3.sqlite_version}: {CALLS} calls per saga, {rounds_text()}")
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         for sagas in SIZES:
-            floors, runs, lags, floor_lags = [], [], [], []
-            for round_ in range(ROUNDS):
-                floor_rate, floor_lag = asyncio.run(sqlite_floor(folder, sagas))
-                floors.append(floor_rate)
-                floor_lags.append(floor_lag)
-                sagacity = Sagacity.from_url(f"sqlite:///{folder / f'saga-{sagas}-{round_}.db'}")
-                try:
-                    rate, lag = asyncio.run(journaled(sagacity, sagas, f"r{round_}"))
-                finally:
-                    sagacity.close()
-                runs.append(rate)
-                lags.append(lag)
-            report(f"SQLite async N={sagas}", max(runs), max(floors), (max(lags), max(floor_lags)))
+            compare(
+                f"SQLite async N={sagas}",
+                sagas,
+                lambda n=sagas: asyncio.run(sqlite_floor(folder, n)),
+                lambda round_, n=sagas: Sagacity.from_url(
+                    f"sqlite:///{folder / f'saga-{n}-{round_}.db'}"
+                ),
+            )
 
         def sync_floor() -> float:
             path = folder / f"tfloor-{uuid.uuid4().hex[:8]}.db"
@@ -347,6 +334,46 @@ def sqlite_main() -> None:
             lambda: Sagacity.from_url(f"sqlite:///{folder / f'threads-{uuid.uuid4().hex[:8]}.db'}"),
             sync_floor,
         )
+
+
+def rounds_text() -> str:
+    return (
+        f"medians of {SINGLE_ROUNDS} rounds for one saga and {ROUNDS} for more, floor and "
+        "journaled by turns; loop lag from the worst round"
+    )
+
+
+def compare(
+    what: str,
+    sagas: int,
+    run_floor: Callable[[], tuple[float, float]],
+    open_sagacity: Callable[[int], Sagacity],
+) -> None:
+    """Floor and journaled runs by turns; report the medians and the worst loop lag.
+
+    One saga's run lasts tens of milliseconds, at the mercy of the machine's noise: it
+    takes more rounds than many sagas' to give a stable median.
+    """
+    floors, runs, ratios, lags, floor_lags = [], [], [], [], []
+    for round_ in range(SINGLE_ROUNDS if sagas == 1 else ROUNDS):
+        floor_rate, floor_lag = run_floor()
+        sagacity = open_sagacity(round_)
+        try:
+            rate, lag = asyncio.run(journaled(sagacity, sagas, f"r{round_}"))
+        finally:
+            sagacity.close()
+        floors.append(floor_rate)
+        floor_lags.append(floor_lag)
+        runs.append(rate)
+        lags.append(lag)
+        ratios.append(floor_rate / rate)
+    report(
+        what,
+        statistics.median(runs),
+        statistics.median(floors),
+        (max(lags), max(floor_lags)),
+        cost=statistics.median(ratios),
+    )
 
 
 # -- sync threads ------------------------------------------------------------------------------
@@ -380,16 +407,33 @@ def threads_report(
             runs.append(threaded(thread_sagas) * 3 * CALLS)
         finally:
             sagacity.close()
-    report(f"{name} {THREADS} threads of sync sagas", max(runs), max(floors), None)
+    report(
+        f"{name} {THREADS} threads of sync sagas",
+        statistics.median(runs),
+        statistics.median(floors),
+        None,
+        cost=statistics.median(f / r for f, r in zip(floors, runs, strict=True)),
+    )
 
 
-def report(what: str, rate: float, floor_rate: float, lags: tuple[float, float] | None) -> None:
-    """Print a line; `lags` is the worst round's loop lag p99, journaled and floor (ms)."""
+def report(
+    what: str,
+    rate: float,
+    floor_rate: float,
+    lags: tuple[float, float] | None,
+    *,
+    cost: float | None = None,
+) -> None:
+    """Print a line; `lags` is the worst round's loop lag p99, journaled and floor (ms).
+
+    `cost` is the cost per call against the floor's, when the median of per-round ratios
+    was taken; else the ratio of the rates.
+    """
     lag_text = "" if lags is None else f", loop lag p99 {lags[0]:.2f} ms (floor's {lags[1]:.2f} ms)"
+    cost = floor_rate / rate if cost is None else cost
     print(
         f"{what}: journaled {rate:,.0f} calls/s, floor {floor_rate:,.0f} calls/s "
-        f"(throughput {rate / floor_rate:.2f} x the floor's, cost per call "
-        f"{floor_rate / rate:.2f} x){lag_text}"
+        f"(throughput {1 / cost:.2f} x the floor's, cost per call {cost:.2f} x){lag_text}"
     )
 
 

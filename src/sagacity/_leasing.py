@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from sagacity._history import SagaHistory
@@ -77,8 +78,9 @@ class LeaseKeeper:
     async def __aenter__(self) -> LeaseKeeper:
         """Take the lease from async code, never blocking the event loop.
 
-        Each try is a commit, made on a worker thread the loop awaits; the wait for a
-        busy saga is an `asyncio.sleep`.
+        Each try is a commit, made by the journal's `aacquire_lease` if it has one
+        (PostgreSQL: on the loop's async connections), else on a worker thread the loop
+        awaits; the wait for a busy saga is an `asyncio.sleep`.
         """
         deadline = time.monotonic() + self._wait
         pause = _POLL
@@ -88,8 +90,13 @@ class LeaseKeeper:
         return self
 
     async def _try_acquire(self, deadline: float, pause: float) -> bool:
-        """One try on a worker thread; a task cancelled meanwhile lets go of what it took."""
-        trying = asyncio.ensure_future(asyncio.to_thread(self._acquired, deadline, pause))
+        """One try, off the loop; a task cancelled meanwhile lets go of what it took."""
+        native = getattr(self._journal, "aacquire_lease", None)
+        trying = asyncio.ensure_future(
+            asyncio.to_thread(self._acquired, deadline, pause)
+            if native is None
+            else self._aacquired(native, deadline, pause)
+        )
         try:
             return await asyncio.shield(trying)
         except asyncio.CancelledError:
@@ -111,19 +118,38 @@ class LeaseKeeper:
         Done even if the task is cancelled meanwhile: a release left unstarted would leave
         the renewer holding the saga for nobody.
         """
+        if _renewer.let_go_now(self) and not self._must_release():
+            return  # not renewing it, and the saga's end freed it: nothing waits
         await finished_off_loop(lambda: self.__exit__(kind, error, traceback))
 
     def _acquired(self, deadline: float, pause: float) -> bool:
         """Try once; False when the saga is busy and waiting `pause` more is allowed."""
         now = self._clock()
         try:
-            self.lease = self._journal.acquire_lease(
+            lease = self._journal.acquire_lease(
                 self._saga_id, self._owner, now=now, expires_at=now + self._ttl
             )
         except SagaBusyError:
             if time.monotonic() + pause > deadline:
                 raise
             return False
+        return self._held(lease)
+
+    async def _aacquired(
+        self, acquire: Callable[..., Awaitable[SagaLease]], deadline: float, pause: float
+    ) -> bool:
+        """`_acquired` through the journal's `aacquire_lease`."""
+        now = self._clock()
+        try:
+            lease = await acquire(self._saga_id, self._owner, now=now, expires_at=now + self._ttl)
+        except SagaBusyError:
+            if time.monotonic() + pause > deadline:
+                raise
+            return False
+        return self._held(lease)
+
+    def _held(self, lease: SagaLease) -> bool:
+        self.lease = lease
         self.due = time.monotonic() + self.interval
         _renewer.hold(self)
         return True
@@ -135,10 +161,15 @@ class LeaseKeeper:
         traceback: TracebackType | None,
     ) -> None:
         _renewer.let_go(self)
-        if self.lease is not None and not self.lost and not self._ended():
+        if self._must_release():
+            assert self.lease is not None
             # Not released, it expires on its own: the next worker waits for that.
             with contextlib.suppress(JournalError):
                 self._journal.release_lease(self.lease)
+
+    def _must_release(self) -> bool:
+        """Whether the lease is still this worker's to free: the saga did not end here."""
+        return self.lease is not None and not self.lost and not self._ended()
 
     def hold(self, history: SagaHistory) -> SagaHistory:
         """Make `history`'s appends fenced by this lease; return it."""
@@ -185,6 +216,8 @@ class _Renewer:
         self._held: set[LeaseKeeper] = set()
         self._renewing: set[LeaseKeeper] = set()
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf
+        """When the waiting thread wakes on its own: a lease due later needs no wake-up."""
 
     def hold(self, keeper: LeaseKeeper) -> None:
         with self._changed:
@@ -194,7 +227,14 @@ class _Renewer:
                     target=self._run, name="sagacity-lease-renewer", daemon=True
                 )
                 self._thread.start()
-            self._changed.notify()
+            elif keeper.due < self._wakes_at:
+                self._changed.notify()
+
+    def let_go_now(self, keeper: LeaseKeeper) -> bool:
+        """Stop renewing `keeper`; False if a renewal of it is under way (see `let_go`)."""
+        with self._changed:
+            self._held.discard(keeper)
+            return keeper not in self._renewing
 
     def let_go(self, keeper: LeaseKeeper) -> None:
         """Stop renewing `keeper`; wait for a renewal of it under way to finish.
@@ -211,8 +251,9 @@ class _Renewer:
                 now = time.monotonic()
                 due = {keeper for keeper in self._held if keeper.due <= now}
                 if not due:
-                    nearest = min((keeper.due for keeper in self._held), default=None)
-                    self._changed.wait(None if nearest is None else nearest - now)
+                    nearest = min((keeper.due for keeper in self._held), default=math.inf)
+                    self._wakes_at = nearest
+                    self._changed.wait(None if nearest == math.inf else nearest - now)
                     continue
                 self._renewing = due
             for keeper in due:  # renewed outside the lock: a renewal waits on the database

@@ -122,7 +122,15 @@ class SagaEnding:
             return await asyncio.to_thread(
                 self.compensated, scope.history, report, value=value, error=error or scope.error
             )
-        return await asyncio.to_thread(self._settle, scope, value, error)  # store I/O, off the loop
+        if scope.history.open_requests():  # the store is read too: on a worker thread
+            return await asyncio.to_thread(self._settle, scope, value, error)
+        self._refuse(scope, error)
+        unfinished = self._unfinished(scope, value, [])
+        if unfinished is not None:
+            return unfinished
+        await self._aend(scope.history, SagaOutcome.COMPLETED, None, None)
+        _telemetry.saga_ended(scope.history, SagaOutcome.COMPLETED.value)
+        return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
 
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
@@ -149,10 +157,29 @@ class SagaEnding:
         return True
 
     def _settle(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+        self._refuse(scope, error)
+        # A request is journaled before it is stored: none open in the journal, none stored.
+        history = scope.history
+        pending = (
+            self._approval.pending(scope.saga_id, history=history)
+            if history.open_requests()
+            else []
+        )
+        unfinished = self._unfinished(scope, value, pending)
+        return self.completed(history, value) if unfinished is None else unfinished
+
+    @staticmethod
+    def _refuse(scope: SagaScope, error: Exception | None) -> None:
+        """Raise the refusal of a call, if one was refused: the saga stays open."""
         refusal: SagacityError | None = error if isinstance(error, _REFUSALS) else scope.refusal
         if refusal is not None:
             raise refusal
-        pending = self._approval.pending(scope.saga_id, history=scope.history)
+
+    @staticmethod
+    def _unfinished(
+        scope: SagaScope, value: Any, pending: list[ApprovalRequest]
+    ) -> SagaResult | None:
+        """The result of a run that waits (for approval, or a paused call); None if done."""
         if pending:
             _telemetry.saga_ended(scope.history, SagaOutcome.AWAITING_APPROVAL.value)
             return SagaResult(
@@ -164,7 +191,7 @@ class SagaEnding:
         if scope.suspended:
             _telemetry.saga_ended(scope.history, SagaOutcome.SUSPENDED.value)
             return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.SUSPENDED, value=value)
-        return self.completed(scope.history, value)
+        return None
 
     def completed(self, history: SagaHistory, value: Any) -> SagaResult:
         """End a saga whose calls all succeeded."""
@@ -200,22 +227,10 @@ class SagaEnding:
         report: CompensationReport | None,
         error: BaseException | None,
     ) -> None:
-        payload: dict[str, Any] = {"outcome": outcome.value}
-        if error is not None:
-            payload["error"] = error_json(error)
-        if report is not None:
-            payload["compensated"] = [ref.call_id for ref in report.compensated]
-            payload["compensation_failed"] = [ref.call_id for ref in report.failed]
-            payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
+        payload = _end_payload(outcome, report, error)
         for _ in range(_END_RETRIES):
-            last = history.ended
-            if last is not None and _same_end(last.payload, payload):
-                return  # a walk that changed nothing: the last ENDED still says it all
-            if last is not None and outcome is SagaOutcome.COMPLETED:
-                raise SagaStateError(
-                    f"saga {history.saga_id!r} ended {history.outcome} at seq {last.seq} "
-                    "while this run was finishing; it is not ended a second time"
-                )
+            if _ended_already(history, outcome, payload):
+                return
             try:
                 history.append(
                     self._journal, Phase.ENDED, payload=payload, expected_seq=history.last_seq
@@ -224,10 +239,62 @@ class SagaEnding:
                 history.reload(self._journal)  # another writer appended: end on top of it
                 continue
             return
-        raise JournalError(
-            f"saga {history.saga_id!r}: its ENDED entry lost {_END_RETRIES} races with other "
-            "writers of the saga; run Sagacity.compensate to end it"
+        raise _end_lost(history)
+
+    async def _aend(
+        self,
+        history: SagaHistory,
+        outcome: SagaOutcome,
+        report: CompensationReport | None,
+        error: BaseException | None,
+    ) -> None:
+        """`_end` for async code: the loop awaits the journal."""
+        payload = _end_payload(outcome, report, error)
+        for _ in range(_END_RETRIES):
+            if _ended_already(history, outcome, payload):
+                return
+            try:
+                await history.aappend(
+                    self._journal, Phase.ENDED, payload=payload, expected_seq=history.last_seq
+                )
+            except AppendConflictError:
+                await asyncio.to_thread(history.reload, self._journal)
+                continue
+            return
+        raise _end_lost(history)
+
+
+def _end_payload(
+    outcome: SagaOutcome, report: CompensationReport | None, error: BaseException | None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"outcome": outcome.value}
+    if error is not None:
+        payload["error"] = error_json(error)
+    if report is not None:
+        payload["compensated"] = [ref.call_id for ref in report.compensated]
+        payload["compensation_failed"] = [ref.call_id for ref in report.failed]
+        payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
+    return payload
+
+
+def _ended_already(history: SagaHistory, outcome: SagaOutcome, payload: dict[str, Any]) -> bool:
+    """Whether the last ENDED already says it; raises if the saga completed meanwhile."""
+    last = history.ended
+    if last is not None and _same_end(last.payload, payload):
+        return True  # a walk that changed nothing: the last ENDED still says it all
+    if last is not None and outcome is SagaOutcome.COMPLETED:
+        raise SagaStateError(
+            f"saga {history.saga_id!r} ended {history.outcome} at seq {last.seq} "
+            "while this run was finishing; it is not ended a second time"
         )
+    return False
+
+
+def _end_lost(history: SagaHistory) -> JournalError:
+    return JournalError(
+        f"saga {history.saga_id!r}: its ENDED entry lost {_END_RETRIES} races with other "
+        "writers of the saga; run Sagacity.compensate to end it"
+    )
 
 
 def _same_end(recorded: Any, payload: dict[str, Any]) -> bool:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import datetime
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sagacity._deciding import ApprovalDecisions
@@ -38,6 +39,7 @@ from sagacity.errors import (
     SagaStateError,
 )
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
+from sagacity.journal._protocol import entries_async
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
 
 if TYPE_CHECKING:
@@ -217,9 +219,10 @@ class Sagacity(ApprovalDecisions):
     ) -> SagaResult:
         """Run async `work` as saga `saga_id` (see `saga`); no store I/O blocks the loop."""
         async with self._leased(saga_id, opening=True) as keeper:
-            scope = await asyncio.to_thread(
-                self._open, saga_id, keeper, resuming=False, started_by=started_by
-            )
+            history = SagaHistory.of(saga_id, await entries_async(self.journal, saga_id))
+            opening = partial(self._open, saga_id, keeper, started_by=started_by, history=history)
+            # With a request open, the store is read too: on a worker thread.
+            scope = await asyncio.to_thread(opening) if history.open_requests() else opening()
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     def compensate(self, saga_id: str) -> SagaResult:
@@ -466,10 +469,12 @@ class Sagacity(ApprovalDecisions):
         saga_id: str,
         keeper: LeaseKeeper,
         *,
-        resuming: bool,
+        resuming: bool = False,
         started_by: str | None = None,
+        history: SagaHistory | None = None,
     ) -> SagaScope:
-        history = keeper.hold(self._history(saga_id))
+        """Open saga `saga_id` under `keeper`'s lease, from `history` (else read now)."""
+        history = keeper.hold(self._history(saga_id) if history is None else history)
         if history.ended is not None:
             if resuming:
                 explain_unusable(history, None)  # a worker that lost the race: say why
@@ -477,7 +482,8 @@ class Sagacity(ApprovalDecisions):
                 f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
                 "a saga id is used once: start a new saga"
             )
-        if not resuming and self.approvals.pending(saga_id):
+        # A request is journaled before it is stored: none open in the journal, none stored.
+        if not resuming and history.open_requests() and self.approvals.pending(saga_id):
             raise SagaStateError(
                 f"saga {saga_id!r} is waiting for approval; approve or reject it, then call "
                 "resume_saga"

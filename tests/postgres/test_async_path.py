@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sagacity import JournalError, Phase, Sagacity, SagaOutcome, compensable, verify
+from sagacity import JournalError, Phase, Sagacity, SagaOutcome, SagaResult, compensable, verify
 from sagacity.journal.postgres import PostgresJournal
 from tests.postgres.test_faults import Admin
 
@@ -52,8 +52,11 @@ def release(ctx: object) -> None:
 
 
 class TestOnTheLoop:
-    def test_an_async_saga_uses_no_thread_for_its_appends(self, pg_url: str) -> None:
-        """Its INTENT and EXECUTED go out on the loop's async connection, not a writer thread."""
+    def test_an_async_saga_uses_no_worker_thread(self, pg_url: str) -> None:
+        """Lease, journal read, calls and end all go out on the loop's async connections.
+
+        No writer thread, and no thread of the loop's executor.
+        """
         sagacity = Sagacity.from_url(pg_url)
         (tool,) = sagacity.wrap(reserve)
         try:
@@ -61,8 +64,14 @@ class TestOnTheLoop:
             async def work() -> str:
                 return str(await tool("A-1"))
 
-            result = asyncio.run(sagacity.asaga("order-1", work))
+            async def run() -> tuple[object, list[str]]:
+                result = await sagacity.asaga("order-1", work)
+                return result, [t.name for t in threading.enumerate() if "asyncio" in t.name]
+
+            result, executor_threads = asyncio.run(run())
+            assert isinstance(result, SagaResult)
             assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-A-1")
+            assert executor_threads == []
             group = sagacity.journal._group  # type: ignore[attr-defined]
             assert group._writers == []  # no writer thread was ever started
             assert group.stats.commits >= 3  # INTENT, EXECUTED and ENDED, counted

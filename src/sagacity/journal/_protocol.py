@@ -10,7 +10,7 @@ from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._lease import SagaLease
 
-__all__ = ["SideEffectJournal", "append_async"]
+__all__ = ["SideEffectJournal", "append_async", "entries_async"]
 
 
 @runtime_checkable
@@ -113,9 +113,10 @@ async def append_async(
     """`journal.append` awaited from async code, without blocking the event loop.
 
     A backend may define `aappend` with `append`'s signature (the three built-in ones
-    do: a writer thread with group commit for SQLite and PostgreSQL, the loop's own
-    thread for memory); for any other journal, `append` runs on a worker thread. The
-    guarantees are `append`'s: the entry is committed when this returns.
+    do: a writer thread with group commit for SQLite, the loop's own async connections
+    for PostgreSQL, the loop's own thread for memory); for any other journal, `append`
+    runs on a worker thread. The guarantees are `append`'s: the entry is committed when
+    this returns.
     """
     own = getattr(journal, "aappend", None)
     if own is not None:
@@ -141,3 +142,16 @@ async def append_async(
         expected_seq=expected_seq,
         fence=fence,
     )
+
+
+async def entries_async(journal: SideEffectJournal, saga_id: str) -> list[JournalEntry]:
+    """`journal.entries` awaited from async code, without blocking the event loop.
+
+    The backend's `aentries` if it has one (PostgreSQL: the loop's async connections),
+    else `entries` on a worker thread.
+    """
+    own = getattr(journal, "aentries", None)
+    if own is not None:
+        entries: list[JournalEntry] = await own(saga_id)
+        return entries
+    return await asyncio.to_thread(journal.entries, saga_id)

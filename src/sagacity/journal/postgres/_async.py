@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -30,16 +31,22 @@ from sagacity.journal._entry import JournalEntry
 from sagacity.journal._group import AppendRequest, Slots, committed
 from sagacity.journal.postgres._batch import Batch
 from sagacity.journal.postgres._database import server_spoke
-from sagacity.journal.postgres._steps import arun_steps
+from sagacity.journal.postgres._steps import Steps, arun_steps
 
 if TYPE_CHECKING:
     from sagacity.journal.postgres._journal import PostgresJournal, _Append
 
 __all__ = ["LoopWriter"]
 
+T = TypeVar("T")
+
 FRESH_COMMITS = 2
 """Commits in flight before appends queue for a batch (see `Slots`): fewer, larger
 commits leave the loop more time for everything else (docs/performance.md)."""
+
+_WAKE_AT_ONCE = 4
+"""Callers a batch wakes per turn of the loop: each runs on to its next call at once, and
+a batch of 60 woken together would hold the loop for 60 calls' work in one turn."""
 
 _OK = psycopg.pq.ConnStatus.OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
@@ -75,6 +82,8 @@ class LoopWriter:
         self._closed = False
         self._queue: list[_Pending] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._connections = asyncio.Semaphore(journal._db.settings.pool_max_size)
+        """Connections out at once: commits, reads and leases together, as in the pool."""
 
     async def append(self, request: AppendRequest) -> JournalEntry:
         """Commit `request`; return its entry once durable (see `committed` for cancel)."""
@@ -141,11 +150,19 @@ class LoopWriter:
                     results = [error]
             else:
                 results = await self._many([pending.request for pending in batch])
-            for pending, result in zip(batch, results, strict=True):
+            cancelled: asyncio.CancelledError | None = None
+            for settled, (pending, result) in enumerate(zip(batch, results, strict=True)):
+                if settled and settled % _WAKE_AT_ONCE == 0 and cancelled is None:
+                    try:
+                        await asyncio.sleep(0)  # other tasks of the loop run in between
+                    except asyncio.CancelledError as error:
+                        cancelled = error  # the rest are known: settle them first
                 if isinstance(result, BaseException):
                     pending.future.set_exception(result)
                 else:
                     pending.future.set_result(result)
+            if cancelled is not None:
+                raise cancelled
         except BaseException:
             # Cancelled with the loop: what was sent may or may not be committed.
             for pending in batch:
@@ -171,6 +188,25 @@ class LoopWriter:
                     )
             else:
                 self._start_queue()
+
+    async def run(self, describe: Callable[[], str], steps: Callable[[], Steps[T]]) -> T:
+        """`PostgresDatabase.run` on this loop: statements that may safely run twice."""
+        db = self._journal._db
+        deadline = time.monotonic() + db.settings.timeout
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                lease = await self._checkout(deadline)
+                try:
+                    return await arun_steps(lease.cursor, steps())
+                finally:
+                    self._checkin(lease)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                pause = db.retry_pause(error, deadline, attempts)
+                if pause is None:
+                    raise JournalError(f"{describe()}: {db.describe_error(error)}") from error
+            await asyncio.sleep(pause)
 
     async def _one(self, request: AppendRequest) -> JournalEntry:
         from sagacity.journal.postgres._journal import new_append
@@ -221,7 +257,23 @@ class LoopWriter:
         return batch.outcome()
 
     async def _checkout(self, deadline: float) -> _AsyncLease:
-        """An idle connection the server has not ended, else a new one."""
+        """An idle connection the server has not ended, else a new one; `_checkin` it."""
+        db = self._journal._db
+        try:
+            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                await self._connections.acquire()
+        except TimeoutError:
+            raise psycopg_pool.PoolTimeout(
+                f"all {db.settings.pool_max_size} connections of {db.settings.where} stayed "
+                f"busy for {db.settings.timeout:g} s"
+            ) from None
+        try:
+            return await self._connection(deadline)
+        except BaseException:
+            self._connections.release()
+            raise
+
+    async def _connection(self, deadline: float) -> _AsyncLease:
         db = self._journal._db
         while True:
             with self._guard:
@@ -250,6 +302,7 @@ class LoopWriter:
         return _AsyncLease(conn)
 
     def _checkin(self, lease: _AsyncLease) -> None:
+        self._connections.release()
         pgconn = lease.conn.pgconn
         if pgconn.status == _OK and pgconn.transaction_status == _IDLE:
             with self._guard:

@@ -38,6 +38,7 @@ import datetime
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -60,7 +61,7 @@ from sagacity.journal.postgres._async import FRESH_COMMITS, LoopWriter
 from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
-from sagacity.journal.postgres._steps import NOTHING, ONE, Statement, Steps, run_steps
+from sagacity.journal.postgres._steps import ALL, NOTHING, ONE, Statement, Steps, run_steps
 
 __all__ = ["AppendStats", "PostgresJournal"]
 
@@ -430,22 +431,24 @@ class PostgresJournal:
 
         Same guarantees and errors as `append`; see `committed` for cancellation.
         """
+        writer = self._loop_writer(lambda: f"saga {saga_id!r}: cannot append {phase.value}")
+        return await writer.append(
+            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        )
+
+    def _loop_writer(self, what: Callable[[], str]) -> LoopWriter:
+        """The running loop's writer, made on its first use; `what` names a refusal."""
         loop = asyncio.get_running_loop()
         writer = self._loop_writers.get(loop)
         if writer is None:
             with self._guard:
                 if self._closed:
-                    raise JournalError(
-                        f"saga {saga_id!r}: cannot append {phase.value}: the journal is "
-                        "closed; open a new one"
-                    )
+                    raise JournalError(f"{what()}: the journal is closed; open a new one")
                 writer = self._loop_writers.get(loop)
                 if writer is None:
                     writer = self._loop_writers[loop] = LoopWriter(self)
                     weakref.finalize(loop, writer.close)  # its connections outlive no loop
-        return await writer.append(
-            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
-        )
+        return writer
 
     def _append_request(self, request: AppendRequest) -> JournalEntry:
         """Append one entry on its own: the fast path, else the locked path."""
@@ -649,25 +652,39 @@ class PostgresJournal:
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
-        # Held: by another worker, or by this one when the reply of a try that took it
-        # was lost (its owner and expiry are this acquisition's own).
         row = self._db.run(
-            lambda: f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}",
+            lambda: self._acquiring(saga_id),
             lambda conn: conn.execute(
-                self._sql_acquire,
-                {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now},
+                self._sql_acquire, self._acquire_args(saga_id, owner, now, expires_at)
             ).fetchone(),
         )
-        assert row is not None  # granted, or a row holds the saga
-        held = SagaLease(
-            saga_id=saga_id,
-            owner=str(row[0]),
-            token=int(str(row[1])),
-            expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
-        )
-        if held.owner != owner or held.expires_at != expires_at:
-            raise busy(held)
-        return held
+        return _granted(row, saga_id, owner, expires_at)
+
+    async def aacquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """`acquire_lease` for async code, on the loop's async connections."""
+
+        def steps() -> Steps[tuple[Any, ...] | None]:
+            _, row = yield Statement(
+                self._sql_acquire, self._acquire_args(saga_id, owner, now, expires_at), ONE
+            )
+            return row  # type: ignore[no-any-return]
+
+        def what() -> str:
+            return self._acquiring(saga_id)
+
+        row = await self._loop_writer(what).run(what, steps)
+        return _granted(row, saga_id, owner, expires_at)
+
+    def _acquiring(self, saga_id: str) -> str:
+        return f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}"
+
+    @staticmethod
+    def _acquire_args(
+        saga_id: str, owner: str, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> dict[str, object]:
+        return {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now}
 
     def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""
@@ -747,6 +764,22 @@ class PostgresJournal:
             lambda: f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}",
             lambda conn: conn.execute(self._sql_entries, (saga_id,)).fetchall(),
         )
+        return self._read(saga_id, rows)
+
+    async def aentries(self, saga_id: str) -> list[JournalEntry]:
+        """`entries` for async code, on the loop's async connections."""
+
+        def steps() -> Steps[list[tuple[Any, ...]]]:
+            _, rows = yield Statement(self._sql_entries, (saga_id,), ALL)
+            return rows  # type: ignore[no-any-return]
+
+        def what() -> str:
+            return f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}"
+
+        return self._read(saga_id, await self._loop_writer(what).run(what, steps))
+
+    def _read(self, saga_id: str, rows: list[tuple[Any, ...]]) -> list[JournalEntry]:
+        """A saga's entries from its rows, its head cached."""
         entries = entries_from_rows(rows)
         with self._guard:
             if entries:
@@ -819,3 +852,23 @@ def _sql_sagas(table: str, operator: str) -> str:
         )
         SELECT saga_id FROM ids WHERE saga_id IS NOT NULL LIMIT %s::bigint
     """
+
+
+def _granted(
+    row: tuple[Any, ...] | None, saga_id: str, owner: str, expires_at: datetime.datetime
+) -> SagaLease:
+    """The lease `sql_acquire` answered for; `SagaBusyError` if it holds another's.
+
+    A row that is this acquisition's own (owner and expiry) is granted, even when a try
+    that took it lost its reply and this one found it held.
+    """
+    assert row is not None  # granted, or a row holds the saga
+    held = SagaLease(
+        saga_id=saga_id,
+        owner=str(row[0]),
+        token=int(str(row[1])),
+        expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
+    )
+    if held.owner != owner or held.expires_at != expires_at:
+        raise busy(held)
+    return held

@@ -9,7 +9,7 @@ a thread in between, and neither copy of the logic can drift from the other.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import psycopg
@@ -24,7 +24,7 @@ NOTHING, ONE, ALL = 0, 1, 2
 
 class Statement(NamedTuple):
     sql: bytes | str
-    params: Sequence[object]
+    params: Sequence[object] | Mapping[str, object]
     fetch: int
 
 
