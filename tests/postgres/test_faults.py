@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,6 +52,23 @@ def in_thread(append: Callable[[], JournalEntry]) -> tuple[threading.Thread, dic
     return thread, outcome
 
 
+@pytest.fixture(params=["sync", "loop"], ids=["sync", "on-the-loop"])
+def edge(request: pytest.FixtureRequest) -> str:
+    """Which path appends: a sync caller's, or an event loop's (its async connections)."""
+    return str(request.param)
+
+
+def appender(journal: PostgresJournal, edge: str) -> Callable[..., JournalEntry]:
+    """`journal.append`, or the same append awaited on an event loop of its own."""
+    if edge == "sync":
+        return journal.append
+
+    def append(saga_id: str, phase: Phase, **options: Any) -> JournalEntry:
+        return asyncio.run(journal.aappend(saga_id, phase, **options))
+
+    return append
+
+
 def blocked_backend(admin: Admin) -> int:
     """Wait for the backend that waits on a lock `admin` holds, and return its pid."""
     for _ in range(500):
@@ -97,16 +115,19 @@ def through_proxy(pg_url: str) -> tuple[CuttingProxy, str]:
 
 
 class TestBackendKilledMidAppend:
-    def test_killed_while_waiting_for_the_saga_lock(self, pg_url: str, admin: Admin) -> None:
+    def test_killed_while_waiting_for_the_saga_lock(
+        self, pg_url: str, admin: Admin, edge: str
+    ) -> None:
         """A backend killed on the locked path: the append is redone once and written once."""
         journal = PostgresJournal(pg_url)
+        append = appender(journal, edge)
         try:
             admin.execute("BEGIN")
             admin.execute(
                 "SELECT pg_advisory_xact_lock(%s, %s)", journal.advisory_lock_key("order-1")
             )
             thread, outcome = in_thread(
-                lambda: journal.append("order-1", Phase.INTENT, payload={"sku": "A-1"})
+                lambda: append("order-1", Phase.INTENT, payload={"sku": "A-1"})
             )
             terminate(admin, blocked_backend(admin))
             admin.execute("COMMIT")
@@ -118,9 +139,10 @@ class TestBackendKilledMidAppend:
         finally:
             journal.close()
 
-    def test_killed_while_its_insert_waits(self, pg_url: str, admin: Admin) -> None:
+    def test_killed_while_its_insert_waits(self, pg_url: str, admin: Admin, edge: str) -> None:
         """A backend killed on the fast path, its INSERT sent: the same entry is sent again."""
         journal = PostgresJournal(pg_url)
+        append = appender(journal, edge)
         try:
             intent = journal.append("order-1", Phase.INTENT, tool_name="reserve", payload={})
             schema = dict(p.split("=") for p in urlsplit(pg_url).query.split("&"))["schema"]
@@ -131,7 +153,7 @@ class TestBackendKilledMidAppend:
                 (intent.hash, "f" * 64),
             )
             thread, outcome = in_thread(
-                lambda: journal.append(
+                lambda: append(
                     "order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1, payload="res-1"
                 )
             )
@@ -147,16 +169,17 @@ class TestBackendKilledMidAppend:
             journal.close()
 
     @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "locked-path"])
-    def test_reply_lost_after_the_commit(self, pg_url: str, fast: bool) -> None:
+    def test_reply_lost_after_the_commit(self, pg_url: str, fast: bool, edge: str) -> None:
         """The server commits, the reply is lost: the retry finds its own row, not a twin."""
         proxy, url = through_proxy(pg_url)
         journal = PostgresJournal(url)
+        append = appender(journal, edge)
         try:
             if fast:
                 assert journal.entries("wire-1") == []  # the head is known: the fast path
             # The fast path's reply is an INSERT's; the locked path's, its function's row.
             proxy.cut_reply_containing(b"INSERT 0 1" if fast else b"SELECT 1")
-            entry = journal.append("wire-1", Phase.INTENT, payload={"amount": "10.00"})
+            entry = append("wire-1", Phase.INTENT, payload={"amount": "10.00"})
             assert proxy.cuts == 1
             assert journal.entries("wire-1") == [entry]
             assert (journal.stats.reconnects, journal.stats.conflicts) == (1, 0)
@@ -167,7 +190,9 @@ class TestBackendKilledMidAppend:
 
 class TestConditionalAppendRetried:
     @pytest.mark.parametrize("known", [True, False], ids=["head-known", "head-read"])
-    def test_reply_lost_after_the_commit_is_not_a_conflict(self, pg_url: str, known: bool) -> None:
+    def test_reply_lost_after_the_commit_is_not_a_conflict(
+        self, pg_url: str, known: bool, edge: str
+    ) -> None:
         """The conditional INSERT commits and its reply is lost: the retry returns that entry.
 
         The row at expected_seq + 1 is the entry itself, so it is no conflict.
@@ -180,7 +205,7 @@ class TestConditionalAppendRetried:
             if known:
                 assert journal.entries("wire-1") == [first]  # the head is known: one INSERT
             proxy.cut_reply_containing(b"INSERT 0 1")
-            entry = journal.append(
+            entry = appender(journal, edge)(
                 "wire-1", Phase.INTENT, tool_name="wire", payload={"amount": "10"}, expected_seq=1
             )
             assert proxy.cuts == 1
@@ -194,7 +219,7 @@ class TestConditionalAppendRetried:
 
     @pytest.mark.parametrize("other_commits", [False, True], ids=["rolled-back", "committed"])
     def test_killed_while_its_insert_waits(
-        self, pg_url: str, admin: Admin, other_commits: bool
+        self, pg_url: str, admin: Admin, other_commits: bool, edge: str
     ) -> None:
         """A conditional INSERT waits on another writer's row at its seq, and is killed.
 
@@ -211,8 +236,9 @@ class TestConditionalAppendRetried:
                 "('order-1', 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
                 (intent.hash, "f" * 64),
             )
+            append = appender(journal, edge)
             thread, outcome = in_thread(
-                lambda: journal.append(
+                lambda: append(
                     "order-1", Phase.EXECUTED, ref_seq=1, payload="res-1", expected_seq=1
                 )
             )
@@ -317,7 +343,7 @@ class TestDatabaseRestart:
 
     @pytest.mark.slow
     def test_an_append_cut_off_in_flight_fails_loudly(
-        self, own_database_url: str, admin: Admin
+        self, own_database_url: str, admin: Admin, edge: str
     ) -> None:
         """An INSERT in flight when the database goes away fails loudly.
 
@@ -335,8 +361,9 @@ class TestDatabaseRestart:
                 "('order-8', 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
                 (intent.hash, "f" * 64),
             )
+            append = appender(journal, edge)
             thread, outcome = in_thread(
-                lambda: journal.append("order-8", Phase.EXECUTED, ref_seq=1, payload="ch-1")
+                lambda: append("order-8", Phase.EXECUTED, ref_seq=1, payload="ch-1")
             )
             waiting = blocked_backend_of(admin, blocker)
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
