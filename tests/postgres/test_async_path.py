@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import gc
 import threading
 import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from sagacity import JournalError, Phase, Sagacity, SagaOutcome, SagaResult, compensable, verify
 from sagacity.journal.postgres import PostgresJournal
-from tests.postgres.test_faults import Admin
+from tests.postgres.test_faults import Admin, blocked_backend
 
 pytestmark = pytest.mark.postgres
 
@@ -142,3 +144,48 @@ class TestConnectionsEnd:
         wait_gone(admin, pids)
         assert len(journal._loop_writers) == 0
         assert journal.append("order-1", Phase.EXECUTED, ref_seq=1).seq == 2
+
+
+class TestCancelledWhileTakingTheLease:
+    async def test_the_lease_it_took_is_let_go(self, pg_url: str, admin: Admin) -> None:
+        """Cancelled while its lease statement waits: the lease, once taken, is released.
+
+        The saga ran nothing, and another worker takes the saga at once.
+        """
+        sagacity = Sagacity.from_url(pg_url)
+        (tool,) = sagacity.wrap(reserve)
+        ran: list[str] = []
+        journal: PostgresJournal = sagacity.journal  # type: ignore[assignment]
+        try:
+            now = datetime.datetime.now(datetime.UTC)
+            journal.release_lease(
+                journal.acquire_lease("order-1", "earlier", now=now, expires_at=now)
+            )
+            admin.execute("BEGIN")  # the lease row locked: the next acquisition waits for it
+            admin.execute(
+                f"SELECT 1 FROM {journal.database.tables.lease} WHERE saga_id = %s FOR UPDATE",
+                ("order-1",),
+            )
+
+            async def work() -> None:
+                ran.append("work")
+                await tool("A-1")
+
+            running = asyncio.create_task(sagacity.asaga("order-1", work))
+            await asyncio.to_thread(blocked_backend, admin)
+            running.cancel()
+            await asyncio.sleep(0.05)
+            admin.execute("ROLLBACK")
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            assert ran == []
+            assert journal.entries("order-1") == []
+            later = datetime.datetime.now(datetime.UTC)
+            taken = journal.acquire_lease(
+                "order-1", "next", now=later, expires_at=later + datetime.timedelta(minutes=1)
+            )
+            assert taken.owner == "next"
+        finally:
+            if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                admin.execute("ROLLBACK")
+            sagacity.close()
