@@ -192,8 +192,9 @@ class GroupCommit:
         """Commit `request` from a sync caller; return its entry once it is durable."""
         changed = self._changed
         with changed:
-            if not self._queue and self._slots.free(time.monotonic()):
-                token = self._slots.start(time.monotonic())
+            now = time.monotonic()
+            if not self._queue and self._slots.free(now):
+                token = self._slots.start(now)
                 self._count(1)
                 pending = None
             else:
