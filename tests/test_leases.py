@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -378,6 +379,36 @@ class TestWaitingFromAsyncCode:
         finally:
             holder.close()
             waiter.close()
+
+    async def test_two_async_workers_racing_one_saga_run_its_work_once(
+        self, shared_store_url: str
+    ) -> None:
+        """Two workers' `asaga` on one id at once on one loop: one runs, one is refused."""
+        workers = [Sagacity.from_url(shared_store_url) for _ in range(2)]
+        ran: list[str] = []
+
+        def work_for(name: str) -> Callable[[], Awaitable[str]]:
+            async def work() -> str:
+                ran.append(name)
+                await asyncio.sleep(0.05)  # the other worker tries meanwhile
+                return name
+
+            return work
+
+        try:
+            results = await asyncio.gather(
+                *(w.asaga("s", work_for(f"w{n}")) for n, w in enumerate(workers)),
+                return_exceptions=True,
+            )
+            assert len(ran) == 1
+            (done,) = [r for r in results if not isinstance(r, BaseException)]
+            (refused,) = [r for r in results if isinstance(r, BaseException)]
+            assert (done.outcome, done.value) == (SagaOutcome.COMPLETED, ran[0])
+            assert isinstance(refused, SagaBusyError | SagaStateError), repr(refused)
+            assert [e.phase for e in workers[0].history("s")] == [Phase.ENDED]
+        finally:
+            for worker in workers:
+                worker.close()
 
 
 class TestJoin:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -351,19 +352,22 @@ class TestDatabaseRestart:
         still verifies.
         """
         database = database_of(own_database_url)
+        saga = f"order-8-{edge}"  # the module's database serves both edges
         journal = PostgresJournal(with_query(own_database_url, pool_timeout="1"))
+        closing = contextlib.ExitStack()
         try:
-            intent = journal.append("order-8", Phase.INTENT, tool_name="charge", payload={})
+            intent = journal.append(saga, Phase.INTENT, tool_name="charge", payload={})
             blocker = psycopg.connect(own_database_url, autocommit=True)
+            closing.callback(blocker.close)
             blocker.execute("BEGIN")
             blocker.execute(
                 "INSERT INTO sagacity_journal VALUES "
-                "('order-8', 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
-                (intent.hash, "f" * 64),
+                "(%s, 2, 'ENDED', NULL, NULL, NULL, 'null', 'now', %s, %s)",
+                (saga, intent.hash, "f" * 64),
             )
             append = appender(journal, edge)
             thread, outcome = in_thread(
-                lambda: append("order-8", Phase.EXECUTED, ref_seq=1, payload="ch-1")
+                lambda: append(saga, Phase.EXECUTED, ref_seq=1, payload="ch-1")
             )
             waiting = blocked_backend_of(admin, blocker)
             admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
@@ -372,12 +376,13 @@ class TestDatabaseRestart:
             blocker.close()
             thread.join()
             message = str(outcome["error"])
-            assert message.startswith("saga 'order-8': cannot append EXECUTED to PostgreSQL")
+            assert message.startswith(f"saga {saga!r}: cannot append EXECUTED to PostgreSQL")
             assert "may or may not have been committed at seq 2" in message
             database_up(admin, database)
-            assert journal.entries("order-8") == [intent]
-            assert verify(journal, "order-8").ok
+            assert journal.entries(saga) == [intent]
+            assert verify(journal, saga).ok
         finally:
+            closing.close()
             database_up(admin, database)
             journal.close()
 
