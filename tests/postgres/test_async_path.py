@@ -12,9 +12,18 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from sagacity import JournalError, Phase, Sagacity, SagaOutcome, SagaResult, compensable, verify
+from sagacity import (
+    JournalError,
+    Phase,
+    SagaBusyError,
+    Sagacity,
+    SagaOutcome,
+    SagaResult,
+    compensable,
+    verify,
+)
 from sagacity.journal.postgres import PostgresJournal
-from tests.postgres.test_faults import Admin, blocked_backend
+from tests.postgres.test_faults import Admin, blocked_backend, in_thread
 
 pytestmark = pytest.mark.postgres
 
@@ -189,3 +198,37 @@ class TestCancelledWhileTakingTheLease:
             if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 admin.execute("ROLLBACK")
             sagacity.close()
+
+
+class TestFirstAcquisitionsRacing:
+    @pytest.mark.parametrize("on_the_loop", [False, True], ids=["sync", "on-the-loop"])
+    def test_the_second_names_the_first_as_holder(
+        self, journal: PostgresJournal, admin: Admin, on_the_loop: bool
+    ) -> None:
+        """A saga's first lease, taken by another worker while this one's statement waits.
+
+        That statement's snapshot predates the other's row: the holder is read anew, and
+        this worker is told who holds the saga.
+        """
+        now = datetime.datetime.now(datetime.UTC)
+        later = now + datetime.timedelta(minutes=1)
+        admin.execute("BEGIN")  # another worker's first acquisition, not yet committed
+        admin.execute(
+            f"INSERT INTO {journal.database.tables.lease} VALUES (%s, 'other', 1, %s, 0)",
+            ("new-saga", later),
+        )
+
+        def acquire() -> object:
+            if on_the_loop:
+                return asyncio.run(
+                    journal.aacquire_lease("new-saga", "me", now=now, expires_at=later)
+                )
+            return journal.acquire_lease("new-saga", "me", now=now, expires_at=later)
+
+        thread, outcome = in_thread(acquire)  # type: ignore[arg-type]
+        blocked_backend(admin)
+        admin.execute("COMMIT")
+        thread.join()
+        error = outcome["error"]
+        assert isinstance(error, SagaBusyError), repr(error)
+        assert "is held by other until" in str(error)

@@ -328,6 +328,7 @@ class PostgresJournal:
             f"SELECT owner, token, expires_at FROM {leases} "
             "WHERE saga_id = %(saga)s AND NOT EXISTS (SELECT 1 FROM granted)"
         )
+        self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
         self._sql_set_expiry = (
             f"UPDATE {leases} SET expires_at = %s WHERE saga_id = %s AND token = %s::bigint"
         )
@@ -654,37 +655,66 @@ class PostgresJournal:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
         row = self._db.run(
             lambda: self._acquiring(saga_id),
-            lambda conn: conn.execute(
-                self._sql_acquire, self._acquire_args(saga_id, owner, now, expires_at)
-            ).fetchone(),
+            lambda conn: run_steps(
+                conn.cursor(), self._acquire(saga_id, owner, now=now, expires_at=expires_at)
+            ),
         )
-        return _granted(row, saga_id, owner, expires_at)
+        return self._granted(row, saga_id, owner, expires_at)
 
     async def aacquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """`acquire_lease` for async code, on the loop's async connections."""
 
-        def steps() -> Steps[tuple[Any, ...] | None]:
-            _, row = yield Statement(
-                self._sql_acquire, self._acquire_args(saga_id, owner, now, expires_at), ONE
-            )
-            return row  # type: ignore[no-any-return]
-
         def what() -> str:
             return self._acquiring(saga_id)
 
-        row = await self._loop_writer(what).run(what, steps)
-        return _granted(row, saga_id, owner, expires_at)
+        row = await self._loop_writer(what).run(
+            what, lambda: self._acquire(saga_id, owner, now=now, expires_at=expires_at)
+        )
+        return self._granted(row, saga_id, owner, expires_at)
+
+    def _acquire(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> Steps[tuple[Any, ...] | None]:
+        """The lease if it is free, else its holder's row."""
+        args = {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now}
+        _, row = yield Statement(self._sql_acquire, args, ONE)
+        if row is None:
+            # Two first acquisitions raced: this one waited for the other's row, which its
+            # statement's snapshot predates; a statement of its own sees it.
+            _, row = yield Statement(self._sql_holder, (saga_id,), ONE)
+        return row  # type: ignore[no-any-return]
 
     def _acquiring(self, saga_id: str) -> str:
         return f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}"
 
-    @staticmethod
-    def _acquire_args(
-        saga_id: str, owner: str, now: datetime.datetime, expires_at: datetime.datetime
-    ) -> dict[str, object]:
-        return {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now}
+    def _granted(
+        self,
+        row: tuple[Any, ...] | None,
+        saga_id: str,
+        owner: str,
+        expires_at: datetime.datetime,
+    ) -> SagaLease:
+        """The lease `_acquire` answered for; `SagaBusyError` if it holds another's.
+
+        A row that is this acquisition's own (owner and expiry) is granted, even when a
+        try that took it lost its reply and this one found it held.
+        """
+        if row is None:  # a lease row is never deleted, unless outside sagacity
+            raise JournalError(
+                f"{self._acquiring(saga_id)}: its lease row vanished while it was taken; "
+                "sagacity_lease was changed outside sagacity"
+            )
+        held = SagaLease(
+            saga_id=saga_id,
+            owner=str(row[0]),
+            token=int(str(row[1])),
+            expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
+        )
+        if held.owner != owner or held.expires_at != expires_at:
+            raise busy(held)
+        return held
 
     def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""
@@ -852,23 +882,3 @@ def _sql_sagas(table: str, operator: str) -> str:
         )
         SELECT saga_id FROM ids WHERE saga_id IS NOT NULL LIMIT %s::bigint
     """
-
-
-def _granted(
-    row: tuple[Any, ...] | None, saga_id: str, owner: str, expires_at: datetime.datetime
-) -> SagaLease:
-    """The lease `sql_acquire` answered for; `SagaBusyError` if it holds another's.
-
-    A row that is this acquisition's own (owner and expiry) is granted, even when a try
-    that took it lost its reply and this one found it held.
-    """
-    assert row is not None  # granted, or a row holds the saga
-    held = SagaLease(
-        saga_id=saga_id,
-        owner=str(row[0]),
-        token=int(str(row[1])),
-        expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
-    )
-    if held.owner != owner or held.expires_at != expires_at:
-        raise busy(held)
-    return held
