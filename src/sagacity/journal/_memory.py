@@ -129,6 +129,12 @@ class InMemoryJournal:
             fence=fence,
         )
 
+    async def aacquire_lease(
+        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> SagaLease:
+        """`acquire_lease` for async code: it never waits on I/O, so it runs on the loop."""
+        return self.acquire_lease(saga_id, owner, now=now, expires_at=expires_at)
+
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
@@ -175,6 +181,10 @@ class InMemoryJournal:
         """Return a saga's entries in seq order."""
         with self._lock:
             return list(self._sagas.get(saga_id, ()))
+
+    async def aentries(self, saga_id: str) -> list[JournalEntry]:
+        """`entries` for async code: it never waits on I/O, so it runs on the loop's thread."""
+        return self.entries(saga_id)
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
         """Return saga ids in ascending order, after `after`."""
