@@ -88,6 +88,4 @@ def driven(journal: SideEffectJournal, edge: str) -> Iterator[SideEffectJournal]
     try:
         yield drive  # type: ignore[misc]  # a structural match
     finally:
-        if drive.writer is not None:
-            drive.writer.close()
         loops.close()

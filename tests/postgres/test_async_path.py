@@ -36,9 +36,8 @@ def journal(pg_url: str) -> Iterator[PostgresJournal]:
 
 
 def idle_pids(journal: PostgresJournal) -> list[int]:
-    """The server pids of the running loop's idle async connections."""
-    writer = journal._loop_writers[asyncio.get_running_loop()]
-    return [lease.conn.info.backend_pid for lease in writer._idle]
+    """The server pids of the journal's idle async connections."""
+    return [lease.conn.info.backend_pid for lease in journal._async_idle._idle]
 
 
 def wait_gone(admin: Admin, pids: list[int]) -> None:
@@ -141,18 +140,25 @@ class TestConnectionsEnd:
             loop.close()
             journal.close()
 
-    def test_with_their_loop(self, journal: PostgresJournal, admin: Admin) -> None:
-        """A loop gone (its `asyncio.run` returned) takes its connections along."""
+    def test_not_with_their_loop_the_next_loop_reuses_them(
+        self, journal: PostgresJournal, admin: Admin
+    ) -> None:
+        """A loop gone (its `asyncio.run` returned) leaves its connection to the next loop.
 
-        async def append() -> list[int]:
-            await journal.aappend("order-1", Phase.INTENT)
+        One `asyncio.run` per request must not open a connection per request.
+        """
+
+        async def append(n: int) -> list[int]:
+            await journal.aappend("order-1", Phase.INTENT, payload=n)
             return idle_pids(journal)
 
-        pids = asyncio.run(append())
-        gc.collect()  # the loop is unreachable: its writer is let go with it
-        wait_gone(admin, pids)
+        first = asyncio.run(append(1))
+        gc.collect()  # the first loop is unreachable, and so is its writer
         assert len(journal._loop_writers) == 0
-        assert journal.append("order-1", Phase.EXECUTED, ref_seq=1).seq == 2
+        assert asyncio.run(append(2)) == first
+        assert [e.payload for e in journal.entries("order-1")] == [1, 2]
+        journal.close()
+        wait_gone(admin, first)
 
 
 class TestCancelledWhileTakingTheLease:

@@ -43,11 +43,7 @@ def commit_batch(
         return results
 
     async def on_the_loop() -> Results:
-        writer = LoopWriter(journal)
-        try:
-            return await writer._many(list(requests))
-        finally:
-            writer.close()
+        return await LoopWriter(journal)._many(list(requests))
 
     return asyncio.run(on_the_loop())
 

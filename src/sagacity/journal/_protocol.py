@@ -113,8 +113,8 @@ async def append_async(
     """`journal.append` awaited from async code, without blocking the event loop.
 
     A backend may define `aappend` with `append`'s signature (the three built-in ones
-    do: a writer thread with group commit for SQLite, the loop's own async connections
-    for PostgreSQL, the loop's own thread for memory); for any other journal, `append`
+    do: a writer thread with group commit for SQLite, async connections awaited on the
+    loop for PostgreSQL, the loop's own thread for memory); for any other journal, `append`
     runs on a worker thread. The guarantees are `append`'s: the entry is committed when
     this returns.
     """

@@ -5,14 +5,17 @@ a `psycopg.AsyncConnection` and awaits each answer, so one async saga costs what
 commits cost, and the loop is never blocked on the database. The statements are the
 sync path's own (`_steps`), and so are the retries after a lost connection.
 
-Each event loop has its own `LoopWriter`: its idle connections (at most `pool_max_size`
-open, reused LIFO, checked before use like the sync pool's) and its group commit.
-Appends that find `FRESH_COMMITS` commits in flight queue (see `Slots`), and when one
-ends the whole queue goes as one batch (`_batch`): one statement and one commit for all.
+Each event loop has its own `LoopWriter`, its group commit: appends that find
+`FRESH_COMMITS` commits in flight queue (see `Slots`), and when one ends the whole queue
+goes as one batch (`_batch`): one statement and one commit for all. At most
+`pool_max_size` connections are out per loop at once.
 
-Not `psycopg_pool.AsyncConnectionPool`: a pool's worker tasks belong to the loop that
-opened it and die with it, while a journal outlives loops (each `asyncio.run` is a new
-one). A writer holds nothing but connections, which `close` ends from any thread.
+The connections themselves are the journal's (`IdleConnections`): an idle one, reused
+LIFO and checked before use like the sync pool's, serves whichever loop asks next, so
+that a program running one `asyncio.run` per request does not open a connection per
+request. An `AsyncConnection` waits on the loop that runs it, and one is only ever used
+by one task at a time. Not `psycopg_pool.AsyncConnectionPool`: a pool's worker tasks
+belong to the loop that opened it and die with it, while a journal outlives loops.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from sagacity.journal.postgres._steps import Steps, arun_steps
 if TYPE_CHECKING:
     from sagacity.journal.postgres._journal import PostgresJournal, _Append
 
-__all__ = ["LoopWriter"]
+__all__ = ["IdleConnections", "LoopWriter"]
 
 T = TypeVar("T")
 
@@ -69,6 +72,44 @@ class _AsyncLease:
         self.cursor = conn.cursor()
 
 
+class IdleConnections:
+    """A journal's idle async connections, shared by its loops; closed from any thread."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._idle: list[_AsyncLease] = []
+        self._closed = False
+
+    def take(self) -> _AsyncLease | None:
+        """An idle connection the server has not ended, or None."""
+        while True:
+            with self._guard:
+                if not self._idle:
+                    return None
+                lease = self._idle.pop()
+            if not server_spoke(lease.conn):
+                return lease
+            lease.conn.pgconn.finish()
+
+    def give(self, lease: _AsyncLease) -> None:
+        """Keep a connection for the next taker, if it is healthy and idle; else end it."""
+        pgconn = lease.conn.pgconn
+        if pgconn.status == _OK and pgconn.transaction_status == _IDLE:
+            with self._guard:
+                if not self._closed:
+                    self._idle.append(lease)
+                    return
+        pgconn.finish()  # what `AsyncConnection.close` does, without a loop
+
+    def close(self) -> None:
+        """End the idle connections; those in use end when they are given back."""
+        with self._guard:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for lease in idle:
+            lease.conn.pgconn.finish()
+
+
 class LoopWriter:
     """A journal's async appends on one event loop: its connections and group commit."""
 
@@ -77,9 +118,6 @@ class LoopWriter:
         self._slots = Slots(journal._db.settings.pool_max_size, FRESH_COMMITS)
         self._kick: asyncio.TimerHandle | None = None
         """Starts the queue when a commit in flight goes stale, if none ends first."""
-        self._guard = threading.Lock()  # `close` may come from another thread
-        self._idle: list[_AsyncLease] = []
-        self._closed = False
         self._queue: list[_Pending] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = asyncio.Semaphore(journal._db.settings.pool_max_size)
@@ -115,14 +153,6 @@ class LoopWriter:
     def _kicked(self) -> None:
         self._kick = None
         self._start_queue()
-
-    def close(self) -> None:
-        """End the idle connections; those in use end when their commit does."""
-        with self._guard:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for lease in idle:
-            lease.conn.pgconn.finish()  # what `AsyncConnection.close` does, without a loop
 
     def _withdraw(self, pending: _Pending) -> bool:
         if pending.started:
@@ -275,18 +305,11 @@ class LoopWriter:
 
     async def _connection(self, deadline: float) -> _AsyncLease:
         db = self._journal._db
-        while True:
-            with self._guard:
-                if self._closed or db.closed:
-                    raise psycopg_pool.PoolClosed(
-                        f"the connection pool of {db.settings.where} is closed"
-                    )
-                if not self._idle:
-                    break
-                lease = self._idle.pop()
-            if not server_spoke(lease.conn):
-                return lease
-            lease.conn.pgconn.finish()
+        if db.closed or self._journal._closed:
+            raise psycopg_pool.PoolClosed(f"the connection pool of {db.settings.where} is closed")
+        lease = self._journal._async_idle.take()
+        if lease is not None:
+            return lease
         try:
             async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
                 conn = await psycopg.AsyncConnection.connect(
@@ -303,13 +326,7 @@ class LoopWriter:
 
     def _checkin(self, lease: _AsyncLease) -> None:
         self._connections.release()
-        pgconn = lease.conn.pgconn
-        if pgconn.status == _OK and pgconn.transaction_status == _IDLE:
-            with self._guard:
-                if not self._closed:
-                    self._idle.append(lease)
-                    return
-        lease.conn.pgconn.finish()
+        self._journal._async_idle.give(lease)
 
 
 def _cancelling() -> bool:

@@ -57,7 +57,7 @@ from sagacity.journal._entry import (
 from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
 from sagacity.journal._rows import entries_from_rows, row_of
-from sagacity.journal.postgres._async import FRESH_COMMITS, LoopWriter
+from sagacity.journal.postgres._async import FRESH_COMMITS, IdleConnections, LoopWriter
 from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
@@ -366,6 +366,8 @@ class PostgresJournal:
             weakref.WeakKeyDictionary()
         )
         """Async appends, per event loop (see `_async.py`)."""
+        self._async_idle = IdleConnections()
+        """The async connections no loop is using now."""
 
     @property
     def group_stats(self) -> GroupStats:
@@ -448,7 +450,6 @@ class PostgresJournal:
                 writer = self._loop_writers.get(loop)
                 if writer is None:
                     writer = self._loop_writers[loop] = LoopWriter(self)
-                    weakref.finalize(loop, writer.close)  # its connections outlive no loop
         return writer
 
     def _append_request(self, request: AppendRequest) -> JournalEntry:
@@ -864,9 +865,7 @@ class PostgresJournal:
             self._group.close()  # what is queued is committed first
             with self._guard:
                 self._closed = True
-                writers = list(self._loop_writers.values())
-            for writer in writers:
-                writer.close()
+            self._async_idle.close()
             self._db.release()
 
 
