@@ -111,7 +111,10 @@ class IdleConnections:
 
 
 class LoopWriter:
-    """A journal's async appends on one event loop: its connections and group commit."""
+    """A journal's async appends on one event loop: their group commit.
+
+    A loop has at most `pool_max_size` of the journal's async connections out at once.
+    """
 
     def __init__(self, journal: PostgresJournal) -> None:
         self._journal = journal
