@@ -55,11 +55,12 @@ from sagacity.journal._entry import (
     utc_timestamp,
 )
 from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
-from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
+from sagacity.journal._lease import RELEASED, SagaLease, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 from sagacity.journal.postgres._async import FRESH_COMMITS, IdleConnections, LoopWriter
 from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
+from sagacity.journal.postgres._leases import LeaseStatements
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
 from sagacity.journal.postgres._steps import ALL, NOTHING, ONE, Statement, Steps, run_steps
 
@@ -310,28 +311,7 @@ class PostgresJournal:
             "FOR SHARE)"
         ).encode()
         self._sql_insert_bulk = bulk_insert_sql(table, leases, _COLUMNS)  # see _batch.py
-        # One statement, one round trip: the lease if it is free, else its holder (as the
-        # statement's snapshot has it: a holder the statement locked, unchanged).
-        self._sql_acquire = (
-            "WITH granted AS ("
-            f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
-            "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
-            f"(SELECT coalesce(max(seq), 0) FROM {table} WHERE saga_id = %(saga)s)) "
-            "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, "
-            "token = l.token + 1, expires_at = excluded.expires_at, "
-            "since_seq = excluded.since_seq WHERE l.expires_at <= %(now)s "
-            # A saga ended since the lease was taken is free: its holder has nothing left.
-            f"OR EXISTS (SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id "
-            "AND j.phase = 'ENDED' AND j.seq > l.since_seq) "
-            "RETURNING owner, token, expires_at) "
-            "SELECT owner, token, expires_at FROM granted UNION ALL "
-            f"SELECT owner, token, expires_at FROM {leases} "
-            "WHERE saga_id = %(saga)s AND NOT EXISTS (SELECT 1 FROM granted)"
-        )
-        self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
-        self._sql_set_expiry = (
-            f"UPDATE {leases} SET expires_at = %s WHERE saga_id = %s AND token = %s::bigint"
-        )
+        self._leases = LeaseStatements(self._db)
         function = self._db.tables.prefix + "sagacity_append_locked"
         self._sql_append_locked = (
             f"SELECT seq, prev_hash, hash, lost FROM {function}"
@@ -648,74 +628,32 @@ class PostgresJournal:
             raise lost(fence)
         return None
 
-    # -- leases ----------------------------------------------------------------------------
+    # -- leases (see _leases.py) ------------------------------------------------------------
 
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
-        row = self._db.run(
-            lambda: self._acquiring(saga_id),
+        leases = self._leases
+        return self._db.run(
+            lambda: leases.acquiring(saga_id),
             lambda conn: run_steps(
-                conn.cursor(), self._acquire(saga_id, owner, now=now, expires_at=expires_at)
+                conn.cursor(), leases.acquire(saga_id, owner, now=now, expires_at=expires_at)
             ),
         )
-        return self._granted(row, saga_id, owner, expires_at)
 
     async def aacquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """`acquire_lease` for async code, on the loop's async connections."""
+        leases = self._leases
 
         def what() -> str:
-            return self._acquiring(saga_id)
+            return leases.acquiring(saga_id)
 
-        row = await self._loop_writer(what).run(
-            what, lambda: self._acquire(saga_id, owner, now=now, expires_at=expires_at)
+        return await self._loop_writer(what).run(
+            what, lambda: leases.acquire(saga_id, owner, now=now, expires_at=expires_at)
         )
-        return self._granted(row, saga_id, owner, expires_at)
-
-    def _acquire(
-        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
-    ) -> Steps[tuple[Any, ...] | None]:
-        """The lease if it is free, else its holder's row."""
-        args = {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now}
-        _, row = yield Statement(self._sql_acquire, args, ONE)
-        if row is None:
-            # Two first acquisitions raced: this one waited for the other's row, which its
-            # statement's snapshot predates; a statement of its own sees it.
-            _, row = yield Statement(self._sql_holder, (saga_id,), ONE)
-        return row  # type: ignore[no-any-return]
-
-    def _acquiring(self, saga_id: str) -> str:
-        return f"saga {saga_id!r}: cannot take its lease in {self._db.settings.where}"
-
-    def _granted(
-        self,
-        row: tuple[Any, ...] | None,
-        saga_id: str,
-        owner: str,
-        expires_at: datetime.datetime,
-    ) -> SagaLease:
-        """The lease `_acquire` answered for; `SagaBusyError` if it holds another's.
-
-        A row that is this acquisition's own (owner and expiry) is granted, even when a
-        try that took it lost its reply and this one found it held.
-        """
-        if row is None:  # a lease row is never deleted, unless outside sagacity
-            raise JournalError(
-                f"{self._acquiring(saga_id)}: its lease row vanished while it was taken; "
-                "sagacity_lease was changed outside sagacity"
-            )
-        held = SagaLease(
-            saga_id=saga_id,
-            owner=str(row[0]),
-            token=int(str(row[1])),
-            expires_at=row[2] if isinstance(row[2], datetime.datetime) else expires_at,
-        )
-        if held.owner != owner or held.expires_at != expires_at:
-            raise busy(held)
-        return held
 
     def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""
@@ -728,14 +666,10 @@ class PostgresJournal:
         self._set_expiry(lease, RELEASED)
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
+        leases = self._leases
         return self._db.run(
-            lambda: f"saga {lease.saga_id!r}: cannot update its lease in {self._db.settings.where}",
-            lambda conn: (
-                conn.execute(
-                    self._sql_set_expiry, (expires_at, lease.saga_id, lease.token)
-                ).rowcount
-                == 1
-            ),
+            lambda: leases.updating(lease),
+            lambda conn: run_steps(conn.cursor(), leases.set_expiry(lease, expires_at)),
         )
 
     def _hash_at(self, entry: JournalEntry) -> Steps[str | None]:
