@@ -75,8 +75,10 @@ class TestOnTheLoop:
                 return str(await tool("A-1"))
 
             async def run() -> tuple[object, list[str]]:
+                before = set(threading.enumerate())  # other tests' loops may have left some
                 result = await sagacity.asaga("order-1", work)
-                return result, [t.name for t in threading.enumerate() if "asyncio" in t.name]
+                started = set(threading.enumerate()) - before
+                return result, [t.name for t in started if "asyncio" in t.name]
 
             result, executor_threads = asyncio.run(run())
             assert isinstance(result, SagaResult)
