@@ -292,14 +292,17 @@ class LoopWriter:
     async def _checkout(self, deadline: float) -> _AsyncLease:
         """An idle connection the server has not ended, else a new one; `_checkin` it."""
         db = self._journal._db
-        try:
-            async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
-                await self._connections.acquire()
-        except TimeoutError:
-            raise psycopg_pool.PoolTimeout(
-                f"all {db.settings.pool_max_size} connections of {db.settings.where} stayed "
-                f"busy for {db.settings.timeout:g} s"
-            ) from None
+        if not self._connections.locked():
+            await self._connections.acquire()  # one is free: no wait, no timer
+        else:
+            try:
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0.001)):
+                    await self._connections.acquire()
+            except TimeoutError:
+                raise psycopg_pool.PoolTimeout(
+                    f"all {db.settings.pool_max_size} connections of {db.settings.where} "
+                    f"stayed busy for {db.settings.timeout:g} s"
+                ) from None
         try:
             return await self._connection(deadline)
         except BaseException:
