@@ -129,8 +129,7 @@ class SagaEnding:
         if unfinished is not None:
             return unfinished
         await self._aend(scope.history, SagaOutcome.COMPLETED, None, None)
-        _telemetry.saga_ended(scope.history, SagaOutcome.COMPLETED.value)
-        return SagaResult(saga_id=scope.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
+        return _completed(scope.history, value)
 
     @staticmethod
     def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
@@ -196,8 +195,7 @@ class SagaEnding:
     def completed(self, history: SagaHistory, value: Any) -> SagaResult:
         """End a saga whose calls all succeeded."""
         self._end(history, SagaOutcome.COMPLETED, None, None)
-        _telemetry.saga_ended(history, SagaOutcome.COMPLETED.value)
-        return SagaResult(saga_id=history.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
+        return _completed(history, value)
 
     def compensated(
         self,
@@ -262,6 +260,12 @@ class SagaEnding:
                 continue
             return
         raise _end_lost(history)
+
+
+def _completed(history: SagaHistory, value: Any) -> SagaResult:
+    """The result of a saga whose ENDED says COMPLETED."""
+    _telemetry.saga_ended(history, SagaOutcome.COMPLETED.value)
+    return SagaResult(saga_id=history.saga_id, outcome=SagaOutcome.COMPLETED, value=value)
 
 
 def _end_payload(

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sagacity import LeaseLostError, Phase
+from sagacity import JournalError, LeaseLostError, Phase
 from sagacity.audit import verify
 from sagacity.journal import JournalEntry
 from sagacity.journal._group import AppendRequest
@@ -140,4 +140,22 @@ class TestLeaseInABatch:
         assert [(e.seq, e.phase) for e in kept] == [(2, Phase.EXECUTED), (3, Phase.ENDED)]
         assert [e.seq for e in journal.entries("taken")] == [1]
         assert journal.entries("kept")[1:] == kept
+        assert verify(journal).ok
+
+
+class TestARowTheServerRefuses:
+    def test_fails_alone_and_the_others_land(self, journal: PostgresJournal, driver: str) -> None:
+        """A call id PostgreSQL cannot store (a NUL) fails the whole statement.
+
+        Redone alone, only that append fails, with the reason; the other saga's lands.
+        """
+        intents = [journal.append(s, Phase.INTENT, tool_name="reserve") for s in ("a", "b")]
+        hostile = executed("a")._replace(call_id="reserve\x00#1")
+        refused, landed = commit_batch(journal, [hostile, executed("b")], driver)
+        assert isinstance(refused, JournalError)
+        assert "cannot append EXECUTED of tool 'reserve'" in str(refused)
+        assert "the entry was not written" in str(refused)
+        assert isinstance(landed, JournalEntry)
+        assert (landed.saga_id, landed.seq, landed.prev_hash) == ("b", 2, intents[1].hash)
+        assert journal.entries("a") == [intents[0]]
         assert verify(journal).ok

@@ -134,7 +134,8 @@ class Slots:
         """
         if len(self._started) >= self.most or not self._started:
             return None
-        return max(min(self._started.values()) + self.STALE_AFTER - now, 0.0) + 0.0005
+        stale_at = min(self._started.values()) + self.STALE_AFTER
+        return max(stale_at - now, 0.0) + 0.0005  # a little after: `free` is then true
 
 
 class GroupCommit:

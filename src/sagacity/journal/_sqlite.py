@@ -203,10 +203,7 @@ class SqliteJournal:
         cursor.execute("BEGIN IMMEDIATE")
         try:
             if fence is not None:
-                held = cursor.execute(_TOKEN, (saga_id,)).fetchone()
-                if held is None or held[0] != fence.token:
-                    cursor.execute("ROLLBACK")
-                    raise lost(fence)
+                self._check_fence(saga_id, fence)  # refused: rolled back below
             found = cursor.execute(_HEAD, (saga_id,)).fetchone()
             last, prev_hash = (found[0], found[1]) if found else (0, GENESIS_HASH)
             if expected_seq is not None and last != expected_seq:
@@ -231,6 +228,12 @@ class SqliteJournal:
                 cursor.execute("ROLLBACK")
             raise
         return entry
+
+    def _check_fence(self, saga_id: str, fence: SagaLease) -> None:
+        """Under the write lock: `LeaseLostError` unless `fence` still holds the saga."""
+        held = self._cursor.execute(_TOKEN, (saga_id,)).fetchone()
+        if held is None or held[0] != fence.token:
+            raise lost(fence)
 
     def _append_many(self, requests: Sequence[AppendRequest]) -> list[JournalEntry | BaseException]:
         """Append several entries in one `BEGIN IMMEDIATE` transaction: one commit for all.
@@ -278,9 +281,7 @@ class SqliteJournal:
         cursor = self._cursor
         saga_id, fence = request.saga_id, request.fence
         if fence is not None:
-            held = cursor.execute(_TOKEN, (saga_id,)).fetchone()
-            if held is None or held[0] != fence.token:
-                raise lost(fence)
+            self._check_fence(saga_id, fence)
         head = heads.get(saga_id)
         if head is None:
             found = cursor.execute(_HEAD, (saga_id,)).fetchone()
