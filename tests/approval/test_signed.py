@@ -8,6 +8,8 @@ approves nothing.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import rfc8785
 
@@ -15,12 +17,28 @@ from sagacity import (
     ApprovalSignatureError,
     ConfigurationError,
     Phase,
+    Reversibility,
     Sagacity,
     SagaOutcome,
+    compensable,
 )
-from sagacity.approval import signed_bytes
+from sagacity.approval import ApprovalRequest, InMemoryApprovalStore, signed_bytes
 from sagacity.audit._keys import PrivateKey, generate_key
+from sagacity.journal import InMemoryJournal
 from tests.approval._policy import SAGA, OpenSagacity, inject_approval, waiting_saga
+
+
+def signed_bytes_of(request: ApprovalRequest, approver: str) -> bytes:
+    """What `approver`'s signature of `request` covers."""
+    return signed_bytes(
+        request.saga_id,
+        request.request_id,
+        request.input_sha256,
+        approver,
+        call_id=request.call_id,
+        tool_name=request.tool_name,
+        request_seq=request.seq,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +64,19 @@ class TestSignedApprovals:
         entry = approver.approve(SAGA, approver="bob")
         payload = entry.payload
         assert payload["key_id"] == key.key_id
+        request = waiting.request
         signed = rfc8785.dumps(
             {
                 "saga_id": SAGA,
-                "request_id": waiting.request.request_id,
-                "input_sha256": waiting.request.input_sha256,
+                "request_id": request.request_id,
+                "input_sha256": request.input_sha256,
                 "approver": "bob",
+                "call_id": request.call_id,
+                "tool_name": request.tool_name,
+                "request_seq": request.seq,
             }
         )
-        assert signed == signed_bytes(
-            SAGA, waiting.request.request_id, payload["input_sha256"], "bob"
-        )
+        assert signed == signed_bytes_of(request, "bob")
         key.public.key.verify(bytes.fromhex(payload["signature"]), signed)  # raises if wrong
         (shown,) = worker.pending(SAGA)
         assert [(a.approver, a.key_id) for a in shown.approvals] == [("bob", key.key_id)]
@@ -88,7 +108,7 @@ class TestSignedApprovals:
         waiting = waiting_saga(worker)
         forger = generate_key()
         request = waiting.request
-        forged = forger.sign(signed_bytes(SAGA, request.request_id, request.input_sha256, "bob"))
+        forged = forger.sign(signed_bytes_of(request, "bob"))
         inject_approval(worker, request, "bob", signature=forged, key_id=key.key_id)
         with pytest.raises(ApprovalSignatureError, match="does not verify"):
             worker.resume_saga(SAGA)
@@ -107,6 +127,71 @@ class TestSignedApprovals:
         with pytest.raises(ApprovalSignatureError, match="1 of 2 approvals"):
             worker.resume_saga(SAGA)
         assert waiting.treasury.calls["big_wire"] == 0
+
+    def test_a_signature_replayed_onto_a_later_call_is_refused(self, key: PrivateKey) -> None:
+        """Bob's signature copied onto a request forged for a later call runs nothing.
+
+        The forger has database access and no key: when the agent wires the same amount
+        again, they journal a request for that call under the first request's id, with its
+        input and hash, store it, and paste bob's signed APPROVED under it.
+        """
+        journal, store = InMemoryJournal(), InMemoryApprovalStore()
+        worker = Sagacity(
+            journal, store, approval_public_keys=[key.public], require_signed_approvals=True
+        )
+        approver = Sagacity(journal, store, approval_signing_key=key)
+        wired: list[str] = []
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE)
+        def wire(amount: str) -> str:
+            wired.append(amount)
+            return f"w{len(wired)}"
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE)
+        def notify(text: str) -> str:
+            return "sent"
+
+        tools = worker.wrap(wire, notify)
+        approver.wrap(wire, notify)
+
+        def work() -> object:
+            for call, argument in ((tools[0], "10"), (tools[1], "paid"), (tools[0], "10")):
+                out = call(argument)
+                if str(out).startswith("[AWAITING"):
+                    return out  # paused: waits for a human
+            return "done"
+
+        (first,) = worker.saga(SAGA, work).pending
+        signed = approver.approve(SAGA, approver="bob")
+        assert worker.resume_saga(SAGA, work).outcome is SagaOutcome.AWAITING_APPROVAL
+        assert wired == ["10"]
+        forged = journal.append(
+            SAGA,
+            Phase.AWAITING_APPROVAL,
+            tool_name="wire",
+            call_id="wire#2",
+            payload={
+                "request_id": first.request_id,
+                "input": first.input,
+                "input_sha256": first.input_sha256,
+                "reason": first.reason,
+                "expires_at": None,
+            },
+        )
+        store.save(dataclasses.replace(first, seq=forged.seq, call_id="wire#2"))
+        journal.append(
+            SAGA,
+            Phase.APPROVED,
+            tool_name="wire",
+            call_id="wire#2",
+            ref_seq=forged.seq,
+            payload=signed.payload,
+        )
+        (asked,) = [r for r in worker.pending(SAGA) if r.tool_name == "notify"]
+        approver.approve(SAGA, approver="bob", request_id=asked.request_id)
+        with pytest.raises(ApprovalSignatureError, match="does not verify"):
+            worker.resume_saga(SAGA, work)
+        assert wired == ["10"]
 
     def test_an_unknown_key_is_refused(self, open_sagacity: OpenSagacity, key: PrivateKey) -> None:
         """An approval signed by a key the worker does not trust counts for nothing."""

@@ -71,11 +71,16 @@ class TestSqliteTable:
 
 class TestApprovalSignature:
     def test_the_signed_bytes_shown(self) -> None:
-        """The four-string object shown is, filled in, the exact bytes a signature covers."""
+        """The object shown is, filled in, the exact bytes a signature covers."""
         shown = only_block(JOURNAL_FORMAT, "json", '"approver":"bob"').code.strip()
         filled = (
             shown.replace("<the request's hash>", "ab" * 32)
             .replace("<the request id>", "req-1")
             .replace("<the saga id>", "wire-7")
+            .replace("<the call id>", "wire#1")
+            .replace("<the tool>", "wire")
+            .replace("<the seq of its AWAITING_APPROVAL>", "3")
         )
-        assert filled.encode() == signed_bytes("wire-7", "req-1", "ab" * 32, "bob")
+        assert filled.encode() == signed_bytes(
+            "wire-7", "req-1", "ab" * 32, "bob", call_id="wire#1", tool_name="wire", request_seq=3
+        )

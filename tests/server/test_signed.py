@@ -38,7 +38,7 @@ def signed_client(signed: Sagacity) -> Iterator[TestClient]:
 def test_api_approval_is_signed_and_runs(
     signed_client: TestClient, signed: Sagacity, bank: Bank, key: PrivateKey
 ) -> None:
-    """APPROVED carries a signature over (saga, request, hash, approver) that verifies."""
+    """APPROVED carries a signature over (saga, request, hash, approver, call) that verifies."""
     start_wire(signed, bank, "sig-1")
     request = pending_one(signed_client, "sig-1")
     response = signed_client.post(
@@ -49,7 +49,15 @@ def test_api_approval_is_signed_and_runs(
     assert response.status_code == 200, response.text
     payload = response.json()["entry"]["payload"]
     assert payload["key_id"] == key.key_id
-    data = signed_bytes("sig-1", request["request_id"], request["input_sha256"], "alice")
+    data = signed_bytes(
+        "sig-1",
+        request["request_id"],
+        request["input_sha256"],
+        "alice",
+        call_id=request["call_id"],
+        tool_name=request["tool_name"],
+        request_seq=request["seq"],
+    )
     assert key.public.verify(data, payload["signature"])
     assert response.json()["request"]["approvals"][0]["key_id"] == key.key_id
     assert signed_client.post("/sagacity/sagas/sig-1/resume", headers=OLGA).status_code == 200
@@ -72,7 +80,15 @@ def test_a_forged_row_approves_nothing(
         {"signature": "00" * 64, "key_id": "0" * 16},
         {
             "signature": intruder.sign(
-                signed_bytes("sig-2", request.request_id, request.input_sha256, "mallory")
+                signed_bytes(
+                    "sig-2",
+                    request.request_id,
+                    request.input_sha256,
+                    "mallory",
+                    call_id=request.call_id,
+                    tool_name=request.tool_name,
+                    request_seq=request.seq,
+                )
             ),
             "key_id": intruder.key_id,
         },

@@ -64,14 +64,31 @@ def notify(hook: ApprovalHook | None, request: ApprovalRequest) -> None:
         )
 
 
-def signed_bytes(saga_id: str, request_id: str, input_sha256: str, approver: str) -> bytes:
-    """The exact bytes an approval's signature covers (RFC 8785 canonical JSON, UTF-8)."""
+def signed_bytes(
+    saga_id: str,
+    request_id: str,
+    input_sha256: str,
+    approver: str,
+    *,
+    call_id: str,
+    tool_name: str,
+    request_seq: int,
+) -> bytes:
+    """The exact bytes an approval's signature covers (RFC 8785 canonical JSON, UTF-8).
+
+    The request's call, tool and the seq of its AWAITING_APPROVAL are covered too: a
+    signature copied onto a request forged later for another call (under the same request
+    id, input and approver) does not verify.
+    """
     return canonical_bytes(
         {
             "saga_id": saga_id,
             "request_id": request_id,
             "input_sha256": input_sha256,
             "approver": approver,
+            "call_id": call_id,
+            "tool_name": tool_name,
+            "request_seq": request_seq,
         }
     )
 
@@ -157,7 +174,15 @@ class ApprovalPolicy:
                     "but this Sagacity has no approval_signing_key; nothing was journaled"
                 )
             return {}
-        data = signed_bytes(saga_id, request.request_id, request.input_sha256, approver)
+        data = signed_bytes(
+            saga_id,
+            request.request_id,
+            request.input_sha256,
+            approver,
+            call_id=request.call_id,
+            tool_name=request.tool_name,
+            request_seq=request.seq,
+        )
         return {"signature": self.signing_key.sign(data), "key_id": self.signing_key.key_id}
 
     def signature_problem(self, saga_id: str, entry: JournalEntry) -> str | None:
@@ -177,8 +202,18 @@ class ApprovalPolicy:
         )
         if not (isinstance(approver, str) and isinstance(request_id, str) and isinstance(sha, str)):
             return "it does not name its approver, request and hash"
+        if entry.call_id is None or entry.tool_name is None or entry.ref_seq is None:
+            return "it does not name the call, tool and request entry it approves"
         try:
-            data = signed_bytes(saga_id, request_id, sha, approver)
+            data = signed_bytes(
+                saga_id,
+                request_id,
+                sha,
+                approver,
+                call_id=entry.call_id,
+                tool_name=entry.tool_name,
+                request_seq=entry.ref_seq,
+            )
         except Exception:  # an unencodable value: no signature can cover it
             return "its fields cannot be encoded"
         if not self.public_keys[key_id].verify(data, signature):
