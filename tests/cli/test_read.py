@@ -447,3 +447,22 @@ class TestHostileText:
         assert code == 0
         assert "[bold red]ok[/]" in on_terminal  # printed as text, not read as markup
         assert "\x1b[2J" not in on_terminal
+
+    def test_an_edited_hash_cannot_drive_the_terminal_of_the_auditor(self, demo_db: str) -> None:
+        """`verify` quotes what it found in an edited row, escaped.
+
+        An escape sequence or a newline there never reaches the terminal or forges a line.
+        """
+        restore_triggers_after(
+            demo_db,
+            "UPDATE sagacity_journal SET prev_hash = char(27) || '[2J' || char(10) || 'all: OK' "
+            "WHERE saga_id = 'order-1001' AND seq = 2",
+        )
+        checked = run_cli("verify", "--database", demo_db)
+        assert checked.returncode == 1
+        assert "\x1b" not in checked.stdout
+        assert "all: OK" not in checked.stdout.splitlines()
+        assert any(
+            line.startswith("saga 'order-1001' seq 2:") and "\\x1b[2J\\nall: OK" in line
+            for line in checked.stdout.splitlines()
+        ), checked.stdout

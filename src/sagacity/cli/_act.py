@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from sagacity.cli._common import EXIT_OK, CliError, match_hash, opened
+from sagacity.cli._common import EXIT_OK, CliError, match_hash, opened, printable
 from sagacity.errors import ApprovalNotFoundError, SagaNotFoundError
 from sagacity.saga import Sagacity, SagaResult
 
@@ -162,5 +162,6 @@ def resume(args: argparse.Namespace) -> int:
         result = sagacity.resume_saga(args.saga, request_id=args.request_id)
     _outcome(result)
     if result.value is not None:
-        sys.stdout.write(f"result: {orjson.dumps(result.value, default=repr).decode()}\n")
+        result_json = orjson.dumps(result.value, default=repr).decode()
+        sys.stdout.write(printable(f"result: {result_json}") + "\n")
     return EXIT_OK

@@ -138,7 +138,9 @@ def show(args: argparse.Namespace) -> int:
         sys.stdout.write(printable(f"{stamp.ljust(width)}  {line}") + "\n")
     if args.payloads:
         for entry in history.entries:
-            sys.stdout.write(f"{entry.seq}: {orjson.dumps(entry.payload).decode()}\n")
+            sys.stdout.write(
+                printable(f"{entry.seq}: {orjson.dumps(entry.payload).decode()}") + "\n"
+            )
     return EXIT_OK
 
 
@@ -182,9 +184,10 @@ def verify_command(args: argparse.Namespace) -> int:
         )
     else:
         for problem in report.problems:
-            sys.stdout.write(f"saga {problem.saga_id!r} seq {problem.seq}: {problem.reason}\n")
+            line = f"saga {problem.saga_id!r} seq {problem.seq}: {problem.reason}"
+            sys.stdout.write(printable(line) + "\n")  # a reason quotes the edited row
         for store_problem in report.store_problems:
-            sys.stdout.write(f"journal table: {store_problem}\n")
+            sys.stdout.write(printable(f"journal table: {store_problem}") + "\n")
         against = "" if checkpoint is None else f" against checkpoint {checkpoint.created_at}"
         if nothing:
             verdict = "nothing to verify: the journal holds no entries"
