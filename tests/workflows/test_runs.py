@@ -330,3 +330,32 @@ class TestApprovedThroughTheCore:
         assert handle.status is WorkflowStatus.COMPENSATED
         assert handle.stages[0].status is StageStatus.REJECTED
         assert flow.ran == []
+
+
+@workflow("two-eyes")
+class TwoEyes:
+    def __init__(self) -> None:
+        self.ran: list[int] = []
+
+    @stage(order=1)
+    @compensable(reversibility=Reversibility.IRREVERSIBLE, approvers=2)
+    def wire(self, amount: int) -> int:
+        self.ran.append(amount)
+        return amount
+
+
+class TestApproversOfAStage:
+    def test_a_stage_declaring_two_approvers_waits_for_two_principals(self) -> None:
+        """`approvers=2` holds for a stage as for a wrapped tool: one approval runs nothing."""
+        sagacity = memory_sagacity()
+        flow = TwoEyes()
+        runtime = WorkflowRuntime(sagacity, [flow])
+        handle = runtime.start("two-eyes", 5, run_id="t-1")
+        assert handle.gate is not None
+        assert handle.gate.approvers_required == 2
+        runtime.approve_gate("t-1", "wire", "alice")
+        assert runtime.resume("t-1").status is WorkflowStatus.PAUSED_AT_GATE
+        assert flow.ran == []
+        runtime.approve_gate("t-1", "wire", "bob")
+        assert runtime.resume("t-1").status is WorkflowStatus.COMPLETED
+        assert flow.ran == [5]

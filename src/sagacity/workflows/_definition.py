@@ -408,7 +408,7 @@ def _journaled(
         )
     if declared.compensation is not None:
         sagacity._registry.register(declared.compensation)
-    return SagaTool(
+    tool = SagaTool(
         sagacity,
         declared.func,
         name=declared.name,
@@ -417,6 +417,8 @@ def _journaled(
         retry=declared.retry,
         approval_reason=reason,
     )
+    sagacity.approval.declare([tool])  # as `wrap` does: `approvers=N` holds for the stage
+    return tool
 
 
 def _forwarding(method: Callable[..., Any]) -> Callable[..., Any]:
