@@ -26,7 +26,7 @@ from sagacity.workflows import (
     WorkflowRuntime,
     WorkflowStatus,
 )
-from tests.workflows._refund import REQUEST, Ledger, RefundRequest, RefundWorkflow
+from tests.workflows._refund import REQUEST, Ledger, RefundWorkflow
 
 
 def flow(handle: WorkflowHandle) -> list[tuple[str, str]]:
@@ -231,6 +231,33 @@ class TestGateTimedOut:
         assert rejected.payload["approver"] == GATE_TIMEOUT_APPROVER
         assert runtime.expire_gates() == []
 
+    def test_two_workers_expiring_at_once_each_expire_what_is_left(
+        self, clock: FakeClock, tmp_path: Path
+    ) -> None:
+        """Worker A expires a gate worker B has just read as open.
+
+        B's pass skips it and goes on to the gates still left, instead of stopping.
+        """
+        url = f"sqlite:///{tmp_path / 'two.db'}"
+        workers = [Sagacity.from_url(url, clock=clock) for _ in range(2)]
+        runtimes = [
+            WorkflowRuntime(w, [RefundWorkflow(Ledger(tmp_path / "ledger.txt"))]) for w in workers
+        ]
+        try:
+            for run_id in ("r1", "r2"):
+                runtimes[0].start("refund-request", REQUEST, run_id=run_id)
+            clock.advance(3600)
+            stale = runtimes[1]._open_gates()  # B reads the gates of both runs ...
+            (r1,) = [g for g in stale if g[2].saga_id == "r1"]
+            runtimes[0]._expire(*r1)  # ... A expires r1 meanwhile
+            runtimes[1]._open_gates = lambda run_id=None: stale  # type: ignore[method-assign]
+            (expired,) = runtimes[1].expire_gates()
+            assert expired.run_id == "r2"
+            assert expired.status is WorkflowStatus.COMPENSATED
+        finally:
+            for worker in workers:
+                worker.close()
+
     def test_late_approval_is_refused_and_expires_the_gate(
         self, runtime: WorkflowRuntime, clock: FakeClock, ledger: Ledger
     ) -> None:
@@ -372,8 +399,8 @@ def test_start_refuses_a_run_id_in_use(runtime: WorkflowRuntime) -> None:
         runtime.start("refund-request", REQUEST, run_id="refund-1")
 
 
-def test_request_type_is_rebuilt(runtime: WorkflowRuntime) -> None:
-    """A dict input is rebuilt into the first stage's dataclass (the same value either way)."""
+def test_request_type_is_rebuilt(runtime: WorkflowRuntime, ledger: Ledger) -> None:
+    """A dict input is rebuilt into the first stage's dataclass, whose fields it reads."""
     handle = runtime.start(
         "refund-request",
         {"order_id": "B-2", "amount": "10", "iban": "DE1"},
@@ -385,7 +412,7 @@ def test_request_type_is_rebuilt(runtime: WorkflowRuntime) -> None:
         "amount": "10",
         "iban": "DE1",
     }
-    assert isinstance(REQUEST, RefundRequest)
+    assert ledger.lines() == ["reserve B-2 10"]  # `request.order_id`: a dataclass, not a dict
 
 
 def test_rejected_where_the_workflow_is_not_registered(

@@ -352,6 +352,8 @@ class WorkflowRuntime:
                 expired.append(self._expire(definition, declared, request))
             except SagaBusyError:
                 continue  # a worker holds the run: it is expired on the next call
+            except (ApprovalNotFoundError, SagaStateError):
+                continue  # another worker decided the gate or ended the run meanwhile
         return expired
 
     async def aexpire_gates(self) -> builtins.list[WorkflowHandle]:
