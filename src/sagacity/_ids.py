@@ -42,6 +42,15 @@ def require_id(value: object, what: str) -> str:
 
 
 def require_name(value: object, field: str) -> None:
-    """Refuse an approver or resolver that names nobody."""
+    """Refuse an approver or resolver that names nobody, or names someone ambiguously.
+
+    A name is compared exactly (four eyes, N distinct approvers): 'bob ' would be another
+    principal than 'bob', so spaces around a name are refused rather than kept or cut.
+    """
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{field} must name a person or service, not {value!r}")
+    if value != value.strip():
+        raise ValueError(
+            f"{field} {value!r} has spaces around it; give the name as it is recorded "
+            f"({value.strip()!r})"
+        )

@@ -224,6 +224,9 @@ class TestApprovers:
         before = sagacity.history(SAGA)
         with pytest.raises(ApprovalAlreadyGivenError, match=r"'bob'.*approves a request once"):
             sagacity.approve(SAGA, approver="bob")
+        for disguised in ("bob ", " bob", "bob\n"):  # not a second principal
+            with pytest.raises(ValueError, match="has spaces around it"):
+                sagacity.approve(SAGA, approver=disguised)
         assert sagacity.history(SAGA) == before
 
         sagacity.approve(SAGA, approver="carol")

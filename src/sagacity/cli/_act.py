@@ -9,22 +9,21 @@ from typing import Any
 
 import orjson
 
-from sagacity.cli._common import EXIT_OK, CliError, match_hash, opened, printable
-from sagacity.errors import ApprovalNotFoundError, SagaNotFoundError
+from sagacity._ids import require_name
+from sagacity.cli._common import EXIT_OK, CliError, match_hash, opened, printable, require_saga
+from sagacity.errors import ApprovalNotFoundError
 from sagacity.saga import Sagacity, SagaResult
 
 __all__ = ["approve", "compensate", "reject", "resolve", "resume"]
 
 
 def _name(value: str, option: str) -> str:
-    if not value.strip():
-        raise CliError(f"{option} must name a person or service, not {value!r}")
-    return value.strip()
-
-
-def _exists(sagacity: Sagacity, saga_id: str) -> None:
-    if not sagacity.journal.entries(saga_id):
-        raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
+    """`value`, checked as the core checks a principal's name."""
+    try:
+        require_name(value, option)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    return value
 
 
 def _request_hash(sagacity: Sagacity, saga_id: str, request_id: str | None) -> str:
@@ -47,7 +46,7 @@ def approve(args: argparse.Namespace) -> int:
     """`sagacity approve SAGA --approver NAME`."""
     approver = _name(args.approver, "--approver")
     with opened(args) as sagacity:
-        _exists(sagacity, args.saga)
+        require_saga(sagacity, args.saga)
         expected = None
         if args.sha256 is not None:
             actual = _request_hash(sagacity, args.saga, args.request_id)
@@ -83,7 +82,7 @@ def reject(args: argparse.Namespace) -> int:
     reason = _name(args.reason, "--reason")
     sources = [_load_tools(spec) for spec in args.tools or ()]
     with opened(args) as sagacity:
-        _exists(sagacity, args.saga)
+        require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.reject(
             args.saga, approver=approver, reason=reason, request_id=args.request_id
@@ -96,7 +95,7 @@ def compensate(args: argparse.Namespace) -> int:
     """`sagacity compensate SAGA`."""
     sources = [_load_tools(spec) for spec in args.tools or ()]
     with opened(args) as sagacity:
-        _exists(sagacity, args.saga)
+        require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.compensate(args.saga)
     _outcome(result)
@@ -115,7 +114,7 @@ def resolve(args: argparse.Namespace) -> int:
         except orjson.JSONDecodeError as error:
             raise CliError(f"--result is not JSON: {error}") from None
     with opened(args) as sagacity:
-        _exists(sagacity, args.saga)
+        require_saga(sagacity, args.saga)
         entry = sagacity.resolve(
             args.saga, args.call_id, executed=args.executed, result=result, by=by
         )
@@ -157,7 +156,7 @@ def resume(args: argparse.Namespace) -> int:
     """`sagacity resume SAGA --tools module:object`."""
     sources = [_load_tools(spec) for spec in args.tools]
     with opened(args) as sagacity:
-        _exists(sagacity, args.saga)
+        require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.resume_saga(args.saga, request_id=args.request_id)
     _outcome(result)

@@ -14,6 +14,7 @@ import orjson
 
 from sagacity._display import table
 from sagacity._stores import default_url, open_stores
+from sagacity.errors import SagaNotFoundError
 from sagacity.saga import Sagacity
 
 __all__ = [
@@ -89,6 +90,12 @@ def printable(text: str) -> str:
     anything: a newline that forges a row, an escape sequence that clears the screen.
     """
     return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+
+
+def require_saga(sagacity: Sagacity, saga_id: str) -> None:
+    """`SagaNotFoundError` unless the journal holds entries of `saga_id`."""
+    if not sagacity.journal.entries(saga_id):
+        raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
 
 
 def emit_json(document: object) -> None:

@@ -29,6 +29,7 @@ from sagacity.cli._common import (
     opened,
     printable,
     progress,
+    require_saga,
 )
 from sagacity.errors import SagaNotFoundError
 
@@ -166,8 +167,8 @@ def verify_command(args: argparse.Namespace) -> int:
         raise CliError("--public-key is for --checkpoint FILE")
     with opened(args) as sagacity:
         recorded = any(head.saga_id == args.saga for head in heads)
-        if args.saga is not None and not recorded and not sagacity.journal.entries(args.saga):
-            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        if args.saga is not None and not recorded:
+            require_saga(sagacity, args.saga)
         with progress("verifying", sagacity, args.saga) as advance:
             report = verify(sagacity.journal, args.saga, heads=heads, progress=advance)
     nothing = report.entries == 0 and not report.problems
@@ -204,8 +205,8 @@ def export(args: argparse.Namespace) -> int:
     fmt = "jsonl" if args.json else args.format
     write = export_csv if fmt == "csv" else export_jsonl
     with opened(args) as sagacity:
-        if args.saga is not None and not sagacity.journal.entries(args.saga):
-            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        if args.saga is not None:
+            require_saga(sagacity, args.saga)
         if not args.output:
             write(sagacity.journal, sys.stdout, args.saga)
             return EXIT_OK
@@ -235,17 +236,13 @@ def export(args: argparse.Namespace) -> int:
 def pending(args: argparse.Namespace) -> int:
     """`sagacity pending`."""
     with opened(args) as sagacity:
-        if args.saga is not None and not sagacity.journal.entries(args.saga):
-            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        if args.saga is not None:
+            require_saga(sagacity, args.saga)
         requests = sagacity.pending(args.saga)
         now = sagacity.now()
     if args.json:
         for request in requests:
-            document = request.to_json()
-            document["state"] = request.state
-            document["approvals"] = [dataclasses.asdict(a) for a in request.approvals]
-            document["problem"] = request.problem
-            emit_json(document)
+            emit_json(request.to_json())
         return EXIT_OK
     rows = []
     for request in requests:
