@@ -68,3 +68,40 @@ def test_an_unreadable_journal_row(client: TestClient, sagacity: Sagacity, db_ur
     verified = client.get("/sagacity/sagas/u-1/verify", headers=VIEWER).json()
     assert verified["ok"] is False
     assert verified["problems"][0]["saga_id"] == "u-1"
+
+
+def test_an_unreadable_waiting_saga_leaves_the_others_approvable(
+    client: TestClient, sagacity: Sagacity, bank: Bank, db_url: str
+) -> None:
+    """A waiting saga with an unreadable row is listed tampered; the other one is approved.
+
+    The approvals listing answers 200 with both requests: the broken saga's with a
+    `problem` naming it and saying its journal cannot be read, the healthy one as usual,
+    and approving the healthy one journals its APPROVED.
+    """
+    start_wire(sagacity, bank, "w-broken", amount="10", to="acct-1")
+    start_wire(sagacity, bank, "w-fine", amount="20", to="acct-2")
+    with sqlite3.connect(_db(db_url)) as db:
+        db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
+        db.execute(
+            "UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'w-broken' "
+            "AND seq = 1"
+        )
+    listed = client.get("/sagacity/approvals", headers=VIEWER)
+    assert listed.status_code == 200, listed.text
+    by_saga = {r["saga_id"]: r for r in listed.json()}
+    assert set(by_saga) == {"w-broken", "w-fine"}
+    broken, fine = by_saga["w-broken"], by_saga["w-fine"]
+    assert broken["state"] == "tampered"
+    assert "'w-broken'" in broken["problem"]
+    assert "journal cannot be read" in broken["problem"]
+    assert fine["state"] == "waiting"
+    assert fine["problem"] is None
+    approved = client.post(
+        f"/sagacity/approvals/{fine['request_id']}/approve",
+        json={"sha256": fine["input_sha256"]},
+        headers=ALICE,
+    )
+    assert approved.status_code == 200, approved.text
+    assert sagacity.journal.entries("w-fine")[-1].phase.value == "APPROVED"
+    assert pending_one(client, "w-fine")["state"] == "approved"

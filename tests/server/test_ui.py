@@ -15,6 +15,7 @@ from markupsafe import escape
 
 from sagacity import Phase, Reversibility, Sagacity, compensable
 from sagacity.server import Principal, TokenAuth, create_app
+from sagacity.server._ui_http import security_headers
 from sagacity.server._ui_inbox import pretty_json
 from sagacity.server._ui_sessions import SessionStore
 from sagacity.workflows import WorkflowRuntime
@@ -727,6 +728,88 @@ class TestSagasPage:
         response = app_client.get(f"{UI}/sagas", params={"status": "NOPE"})
         assert response.status_code == 422
         assert "NOPE" in response.text
+
+
+class TestPageErrors:
+    @pytest.mark.parametrize(
+        ("url", "field"),
+        [
+            (f"{UI}/saga?id=a%00b", "saga id"),
+            (f"{UI}/saga?id=%20%20", "saga id"),
+            (f"{UI}/requests/a%00b", "request id"),
+            (f"{UI}/requests/%20", "request id"),
+            (f"{UI}/sagas?cursor=a%00b", "cursor"),
+            (f"{UI}/sagas?cursor=%20", "cursor"),
+        ],
+    )
+    def test_a_bad_id_is_an_error_page_naming_the_field(
+        self, app_client: TestClient, url: str, field: str
+    ) -> None:
+        """A NUL or blank id is refused as the JSON API refuses it: 422, naming the field.
+
+        The answer is the inbox's error page with its security headers, never a 500 (a
+        NUL reaching PostgreSQL fails the query).
+        """
+        sign_in(app_client, "tok-vic")
+        response = app_client.get(url)
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith("text/html")
+        for name, value in security_headers().items():
+            assert response.headers[name] == value
+        message = re.search(r'id="message">([^<]*)<', response.text)
+        assert message is not None, response.text
+        assert html.unescape(message.group(1)).startswith(f"{field} ")
+
+    @pytest.mark.parametrize("page", ["/", "/requests/{request_id}", "/sagas"])
+    def test_a_store_that_cannot_be_read_is_an_error_page(
+        self, app_client: TestClient, sagacity: Sagacity, bank: Bank, db_url: str, page: str
+    ) -> None:
+        """A journal error on a page view is the error page with its status, not a bare 500.
+
+        The page says what could not be read and carries the security headers.
+        """
+        import sqlite3
+
+        start_wire(sagacity, bank, "gone-1")
+        waiting = only_request(sagacity, "gone-1")
+        sign_in(app_client, "tok-vic")
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+            db.execute("DROP TABLE sagacity_approval_request")
+            db.execute("DROP TABLE sagacity_journal")
+        response = app_client.get(UI + page.format(request_id=waiting.request_id))
+        assert response.status_code == 503, response.text
+        assert "<h1>JournalError</h1>" in response.text
+        assert "no such table" in response.text  # what could not be read
+        for name, value in security_headers().items():
+            assert response.headers[name] == value
+
+    def test_a_saga_with_an_unreadable_row_leaves_the_queue_working(
+        self, app_client: TestClient, sagacity: Sagacity, bank: Bank, db_url: str
+    ) -> None:
+        """The queue lists a broken waiting saga beside a healthy one; its page says why.
+
+        The broken saga's request page is a 503 error page naming the saga.
+        """
+        import sqlite3
+
+        start_wire(sagacity, bank, "row-broken")
+        start_wire(sagacity, bank, "row-fine")
+        broken = only_request(sagacity, "row-broken")
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+            db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
+            db.execute(
+                "UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'row-broken'"
+            )
+        sign_in(app_client, "tok-vic")
+        queue = app_client.get(f"{UI}/")
+        assert queue.status_code == 200, queue.text
+        assert "row-broken" in queue.text
+        assert "row-fine" in queue.text
+        page = app_client.get(f"{UI}/requests/{broken.request_id}")
+        assert page.status_code == 503
+        assert "row-broken" in page.text
+        for name, value in security_headers().items():
+            assert page.headers[name] == value
 
 
 class TestEscaping:

@@ -182,7 +182,7 @@ class ApprovalLifecycle:
             tool=request.tool_name,
         )
         if replaces is not None:
-            self.store.delete(replaces.request_id)
+            self._close(replaces, "replaced")
         notify(self.on_request, request)
         return request
 
@@ -259,7 +259,12 @@ class ApprovalLifecycle:
 
     def consume(self, request: ApprovalRequest) -> None:
         """Delete a used request: an approval runs its call once."""
+        self._close(request, "consumed")
+
+    def _close(self, request: ApprovalRequest, how: str) -> None:
+        """Delete a request that nothing may approve any more, and say so (telemetry)."""
         self.store.delete(request.request_id)
+        _telemetry.approval_closed(request, how)
 
     def _refused(
         self,
@@ -401,7 +406,7 @@ class ApprovalLifecycle:
                 self._append_rejection(history, request, approver=approver, reason=reason)
             except AppendConflictError:
                 continue
-            self.store.delete(stored.request_id)
+            self._close(stored, "rejected")
             _telemetry.approval_event(
                 saga_id, "approval.reject", request_id=request.request_id, tool=request.tool_name
             )
@@ -420,7 +425,7 @@ class ApprovalLifecycle:
         entry = self._append_rejection(
             history, request, approver=None, source=source, reason=reason, guarded=False
         )
-        self.store.delete(request.request_id)
+        self._close(request, "declined")
         return entry
 
     def _append_rejection(
@@ -460,14 +465,28 @@ class ApprovalLifecycle:
         """Return the stored requests as the journal records them, with their state.
 
         A request whose stored copy disagrees with the journal is shown with the
-        journal's input and a `problem`; it cannot be approved.
+        journal's input and a `problem`; it cannot be approved. So is each request of a
+        saga whose journal cannot be read (a row edited outside sagacity): the others
+        are shown as usual.
         """
         histories: dict[str, SagaHistory] = {} if history is None else {history.saga_id: history}
+        unreadable: dict[str, JournalError] = {}
         shown = []
         for stored in self.store.pending(saga_id):
             found = histories.get(stored.saga_id)
+            if found is None and stored.saga_id not in unreadable:
+                try:
+                    found = histories[stored.saga_id] = self.history(stored.saga_id)
+                except JournalError as error:
+                    unreadable[stored.saga_id] = error
             if found is None:
-                found = histories[stored.saga_id] = self.history(stored.saga_id)
+                problem = (
+                    f"saga {stored.saga_id!r}: its journal cannot be read, so request "
+                    f"{stored.request_id} cannot be checked against it nor approved: "
+                    f"{unreadable[stored.saga_id]}"
+                )
+                shown.append(dataclasses.replace(stored, problem=problem))
+                continue
             if _answered(stored, found):
                 continue  # the journal says it was used or rejected; the store lagged behind
             shown.append(self._shown(stored, found))
@@ -514,7 +533,7 @@ class ApprovalLifecycle:
     def discard(self, saga_id: str) -> None:
         """Delete the saga's pending requests: it ended, so nothing may run now."""
         for request in self.store.pending(saga_id):
-            self.store.delete(request.request_id)
+            self._close(request, "discarded")
 
     def _pending(self, history: SagaHistory, request_id: str | None) -> ApprovalRequest:
         try:

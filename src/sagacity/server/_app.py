@@ -7,8 +7,6 @@ the tool, so it has to be wrapped in the process that serves `POST .../resume`.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import importlib.util
 import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -23,6 +21,7 @@ from sagacity.server._auth import Authenticator, TokenAuth, bind
 from sagacity.server._errors import error_response
 from sagacity.server._events import events_router
 from sagacity.server._routes import api_router
+from sagacity.server._workflow_routes import workflow_router
 
 __all__ = ["create_app", "router", "serve"]
 
@@ -83,10 +82,7 @@ def router(
 
     top.include_router(api_router(sagacity), prefix="/sagacity")
     top.include_router(events_router(sagacity, poll_interval=poll_interval), prefix="/sagacity")
-    if importlib.util.find_spec("sagacity.server._workflow_routes") is not None:
-        # The workflow gates' routes, when the workflows extra's routes are present.
-        workflow_routes: Any = importlib.import_module("sagacity.server._workflow_routes")
-        top.include_router(workflow_routes.workflow_router())
+    top.include_router(workflow_router())
     if ui:
         from sagacity.server._ui import ui_router
 

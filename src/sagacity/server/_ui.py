@@ -27,6 +27,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from sagacity._ids import require_id
 from sagacity._summary import STATUSES, iter_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import verify
@@ -43,6 +44,7 @@ from sagacity.server._ui_http import (
     form_field,
     next_path,
     principal_of_token,
+    refusal_of,
     secured,
 )
 from sagacity.server._ui_inbox import (
@@ -127,7 +129,10 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         if session is None:
             return refused or Response(status_code=500)
         sagacity = sagacity_of(request)
-        items = await run_in_threadpool(inbox_items, sagacity)
+        try:
+            items = await run_in_threadpool(inbox_items, sagacity)
+        except SagacityError as error:
+            return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
         now = sagacity.now()
         base = inbox.base(request)
         shown = [
@@ -233,6 +238,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             view = await run_in_threadpool(_request_view, sagacity_of(request), request_id)
         except Refusal as refusal:
             return inbox.finish(request, inbox.refusal(request, refusal, session))
+        except SagacityError as error:
+            return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
         pending, entries, items, flow = view
         sagacity = sagacity_of(request)
         now = sagacity.now()
@@ -310,6 +317,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             values = await run_in_threadpool(_saga_view, sagacity, id, inbox.base(request))
         except Refusal as refusal:
             return inbox.finish(request, inbox.refusal(request, refusal, session))
+        except SagacityError as error:
+            return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
         can_operate = session.principal.can(OPERATOR)
         response = inbox.page(
             request,
@@ -332,9 +341,14 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             )
             return inbox.finish(request, inbox.refusal(request, refusal, session))
         journal = sagacity_of(request).journal
-        page = await run_in_threadpool(
-            list_summaries, journal, status=status or None, cursor=cursor or None, limit=50
-        )
+        try:
+            if cursor:
+                require_id(cursor, "cursor")  # a saga id, as the JSON API checks it
+            page = await run_in_threadpool(
+                list_summaries, journal, status=status or None, cursor=cursor or None, limit=50
+            )
+        except SagacityError as error:
+            return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
         base = inbox.base(request)
         query = f"status={quote(status, safe='')}&" if status else ""
         response = inbox.page(
@@ -394,6 +408,7 @@ def _wrapped(sagacity: Sagacity, tool_name: str) -> bool:
 def _request_view(
     sagacity: Sagacity, request_id: str
 ) -> tuple[ApprovalRequest, list[JournalEntry], list[InboxItem], RunFlow | None]:
+    require_id(request_id, "request id")
     stored = sagacity.approvals.get(request_id)
     if stored is None:
         raise Refusal(
@@ -418,6 +433,7 @@ def _request_view(
 def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
     if not saga_id:
         raise Refusal(422, "name a saga: ?id=<saga id>", heading="Which saga?")
+    require_id(saga_id, "saga id (?id=)")
     report = verify(sagacity.journal, saga_id)
     try:
         entries = sagacity.history(saga_id)

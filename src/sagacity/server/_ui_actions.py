@@ -18,7 +18,14 @@ from starlette.datastructures import FormData
 from sagacity.errors import SagacityError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import APPROVER, OPERATOR, sagacity_of
-from sagacity.server._ui_http import InboxSite, Refusal, form_field, json_field, secured
+from sagacity.server._ui_http import (
+    InboxSite,
+    Refusal,
+    form_field,
+    json_field,
+    refusal_of,
+    secured,
+)
 from sagacity.server._ui_inbox import request_path, run_flow, saga_path, workflow_of_request
 from sagacity.server._ui_sessions import Session
 
@@ -46,9 +53,7 @@ def _action(router: APIRouter, site: InboxSite, path: str, role: str) -> Callabl
             except Refusal as refusal:
                 return site.refusal(request, refusal, session)
             except SagacityError as error:
-                status = error.status_code if 400 <= error.status_code < 600 else 500
-                shown = Refusal(status, str(error), heading=type(error).__name__)
-                return site.refusal(request, shown, session)
+                return site.refusal(request, refusal_of(error), session)
             return secured(RedirectResponse(site.base(request) + target, status_code=303))
 
         router.add_api_route(path, handler, methods=["POST"], name=f"sagacity_ui_{action.__name__}")

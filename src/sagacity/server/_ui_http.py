@@ -20,6 +20,7 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
+from sagacity.errors import SagacityError
 from sagacity.server._auth import _AUTH_KEY, VIEWER, Principal, TokenAuth, authenticate
 from sagacity.server._ui_sessions import Session, SessionStore
 
@@ -33,6 +34,7 @@ __all__ = [
     "json_field",
     "next_path",
     "principal_of_token",
+    "refusal_of",
     "secured",
     "security_headers",
 ]
@@ -76,6 +78,12 @@ class Refusal(Exception):
         self.status = status
         self.message = message
         self.heading = heading
+
+
+def refusal_of(error: SagacityError) -> Refusal:
+    """A sagacity error as the inbox shows it: its own status (a 4xx or 5xx), its message."""
+    status = error.status_code if 400 <= error.status_code < 600 else 500
+    return Refusal(status, str(error), heading=type(error).__name__)
 
 
 class InboxSite:
