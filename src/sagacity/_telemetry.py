@@ -17,9 +17,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from sagacity._history import SagaHistory
+    from sagacity.approval._request import ApprovalRequest
     from sagacity.journal import JournalEntry
 
-__all__ = ["Tracing", "approval_event", "approval_refused", "current", "logger", "saga_ended"]
+__all__ = [
+    "Tracing",
+    "approval_closed",
+    "approval_event",
+    "approval_refused",
+    "current",
+    "logger",
+    "saga_ended",
+]
 
 logger = logging.getLogger("sagacity")
 """The logger every sagacity log line goes to."""
@@ -54,6 +63,10 @@ class Tracing(Protocol):
 
     def approval_event(self, saga_id: str, name: str, attributes: dict[str, Any]) -> None:
         """An approval request, decision or refusal: a short span of its own."""
+        ...
+
+    def approval_closed(self, saga_id: str, attributes: dict[str, Any]) -> None:
+        """A request was closed (run, rejected, declined, replaced, or its saga ended)."""
         ...
 
 
@@ -106,6 +119,24 @@ def approval_event(saga_id: str, name: str, *, request_id: str, tool: str) -> No
     if tracing is not None:
         tracing.approval_event(
             saga_id, name, {"sagacity.request_id": request_id, "gen_ai.tool.name": tool}
+        )
+
+
+def approval_closed(request: ApprovalRequest, how: str) -> None:
+    """A request was closed: `how` is consumed, rejected, declined, replaced or discarded.
+
+    Called once per request, where the lifecycle deletes its stored copy, never per
+    approval: a request that needs two approvers stays open until its call runs.
+    """
+    tracing = current
+    if tracing is not None:
+        tracing.approval_closed(
+            request.saga_id,
+            {
+                "sagacity.request_id": request.request_id,
+                "gen_ai.tool.name": request.tool_name,
+                "sagacity.closed": how,
+            },
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Iterator
 from typing import Any
 
@@ -135,7 +136,7 @@ class TestSpans:
     def test_approval_request_and_decision_spans(
         self, telemetry: Telemetry, memory: Sagacity
     ) -> None:
-        """Asking, approving and a refused changed input each leave a span; pending goes 1, 0."""
+        """Asking and approving each leave a span under the saga's."""
 
         @compensable(reversibility=Reversibility.IRREVERSIBLE)
         def wire(amount: str) -> str:
@@ -149,16 +150,77 @@ class TestSpans:
         saga = telemetry.named("saga w-1")
         assert request.parent is not None
         assert request.parent.span_id == saga.context.span_id
-        assert telemetry.points("sagacity.approvals.pending") == [({}, 1)]
 
         memory.approve("w-1", approver="alice")
         decision = telemetry.named("approval.approve")
         assert (decision.attributes or {})["gen_ai.tool.name"] == "wire"
-        assert telemetry.points("sagacity.approvals.pending") == [({}, 0)]
         result = memory.resume_saga("w-1")
         assert result.outcome is SagaOutcome.COMPLETED
         run = [s for s in telemetry.finished() if s.name == "execute_tool wire"]
         assert [(s.attributes or {})["sagacity.reversibility"] for s in run] == ["IRREVERSIBLE"]
+
+
+class TestPendingApprovals:
+    """`sagacity.approvals.pending`: one per request from asking until it is closed."""
+
+    @staticmethod
+    def pending(telemetry: Telemetry) -> list[tuple[dict[str, Any], Any]]:
+        return telemetry.points("sagacity.approvals.pending")
+
+    def test_the_hooks_count_each_request_once(self, telemetry: Telemetry) -> None:
+        """Approvals do not count; only a request's close does, once."""
+        from sagacity.approval import ApprovalRequest
+
+        assert _telemetry.current is not None
+        _telemetry.approval_event("s", "approval.request", request_id="r", tool="wire")
+        _telemetry.approval_event("s", "approval.approve", request_id="r", tool="wire")
+        _telemetry.approval_event("s", "approval.approve", request_id="r", tool="wire")
+        assert self.pending(telemetry) == [({}, 1)]
+        request = ApprovalRequest(
+            request_id="r",
+            saga_id="s",
+            seq=1,
+            call_id="c",
+            tool_name="wire",
+            input={},
+            input_sha256="0" * 64,
+            reason="irreversible",
+            requested_at=datetime.datetime.now(datetime.UTC),
+            expires_at=None,
+        )
+        _telemetry.approval_closed(request, "consumed")
+        assert self.pending(telemetry) == [({}, 0)]
+
+    def test_two_approvers_then_the_run(self, telemetry: Telemetry, memory: Sagacity) -> None:
+        """A request that needs two approvals is one pending request until its call runs."""
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE, approvers=2)
+        def wire(amount: str) -> str:
+            return "wt-1"
+
+        (tool,) = memory.wrap(wire)
+        memory.saga("w-2", lambda: tool(amount="10"))
+        assert self.pending(telemetry) == [({}, 1)]
+        memory.approve("w-2", approver="alice")
+        memory.approve("w-2", approver="bob")
+        assert self.pending(telemetry) == [({}, 1)]  # approved, not run yet
+        assert memory.resume_saga("w-2").outcome is SagaOutcome.COMPLETED
+        assert self.pending(telemetry) == [({}, 0)]
+
+    def test_an_edit_replaces_its_request(self, telemetry: Telemetry, memory: Sagacity) -> None:
+        """An edit closes the old request as it asks the new one; rejecting that closes it."""
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE)
+        def wire(amount: str) -> str:
+            return "wt-1"
+
+        (tool,) = memory.wrap(wire)
+        memory.saga("w-3", lambda: tool(amount="10"))
+        memory.edit("w-3", approver="carol", new_input={"amount": "5"})
+        assert self.pending(telemetry) == [({}, 1)]
+        assert len(memory.pending("w-3")) == 1
+        memory.reject("w-3", approver="alice", reason="no")
+        assert self.pending(telemetry) == [({}, 0)]
 
 
 class TestMetrics:

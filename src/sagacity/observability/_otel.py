@@ -47,7 +47,8 @@ class OtelTracing:
         self.pending = meter.create_up_down_counter(
             "sagacity.approvals.pending",
             unit="{request}",
-            description="Approval requests asked and not yet decided by a human",
+            description="Approval requests asked and not yet closed (run, rejected, "
+            "declined, replaced, or their saga ended)",
         )
         self.duration = meter.create_histogram(
             "sagacity.tool.duration",
@@ -171,8 +172,6 @@ class OtelTracing:
         """A short span per approval request, decision or refusal."""
         if name == "approval.request":
             self.pending.add(1)
-        elif name in ("approval.approve", "approval.reject"):
-            self.pending.add(-1)
         span = self.tracer.start_span(
             name,
             context=self._parent(saga_id),
@@ -181,6 +180,10 @@ class OtelTracing:
         if name == "approval.refused":
             span.set_status(Status(StatusCode.ERROR, str(attributes.get("error.type"))))
         span.end()
+
+    def approval_closed(self, saga_id: str, attributes: dict[str, Any]) -> None:
+        """A request was closed: one fewer pending, whatever number of approvals it had."""
+        self.pending.add(-1)
 
 
 def instrument(
