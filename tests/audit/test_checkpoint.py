@@ -30,6 +30,14 @@ class Rows:
         self.execute = execute
         self.mark = mark  # the driver's parameter mark
 
+    def edit_call_id(self, saga_id: str, seq: int, call_id: str) -> None:
+        """Change one row in place, its hash left as it was."""
+        m = self.mark
+        self.execute(
+            f"UPDATE {{t}} SET call_id = {m} WHERE saga_id = {m} AND seq = {m}",
+            (call_id, saga_id, seq),
+        )
+
     def delete(self, saga_id: str, after_seq: int = 0) -> None:
         m = self.mark
         self.execute(f"DELETE FROM {{t}} WHERE saga_id = {m} AND seq > {m}", (saga_id, after_seq))
@@ -79,6 +87,7 @@ def stored(
 
         def run(sql: str, params: tuple[Any, ...]) -> None:
             conn.execute("DROP TRIGGER IF EXISTS sagacity_journal_no_delete")
+            conn.execute("DROP TRIGGER IF EXISTS sagacity_journal_no_update")
             conn.execute(sql.replace("{t}", "sagacity_journal"), params)
 
         try:
@@ -171,6 +180,19 @@ class TestAgainstTheJournal:
         (problem,) = verify(journal, heads=checkpoint.heads).problems
         assert (problem.saga_id, problem.seq) == ("order 1", 6)
         assert problem.reason.startswith("rewritten: seq 6 hashes to")
+
+    def test_an_edited_row_is_named_and_nothing_is_signed(
+        self, stored: tuple[SideEffectJournal, Rows], key: PrivateKey
+    ) -> None:
+        """A chain that does not verify is refused, by saga and seq: it never becomes evidence."""
+        journal, rows = stored
+        rows.edit_call_id('wire "2"', 2, "forged")
+        with pytest.raises(CheckpointError) as refused:
+            make_checkpoint(journal, key)
+        assert str(refused.value).startswith(
+            "checkpoint: saga 'wire \"2\"' seq 2: hash mismatch: the entry's fields hash to "
+        )
+        assert str(refused.value).endswith("; the chain does not verify, so nothing was signed")
 
 
 class TestTheFile:

@@ -88,6 +88,28 @@ class TestCheckpoint:
             "recorded at seq 11; the entries after seq 8 were deleted"
         )
 
+    def test_a_journal_that_does_not_verify_is_not_signed(
+        self, demo_db: str, keys: tuple[Path, Path], tmp_path: Path
+    ) -> None:
+        """A row edited in place: exit 1 naming the saga and seq, and no checkpoint written."""
+        restore_triggers_after(
+            demo_db,
+            "UPDATE sagacity_journal SET call_id = 'forged' WHERE saga_id = 'order-1001' "
+            "AND seq = 3",
+        )
+        folder = tmp_path / "checkpoints"
+        folder.mkdir()
+        done = run_cli(
+            "checkpoint", "--key", str(keys[0]), "--out", str(folder), "--database", demo_db
+        )
+        assert done.returncode == 1
+        assert done.stdout == ""
+        assert done.stderr.startswith(
+            "sagacity checkpoint: checkpoint: saga 'order-1001' seq 3: hash mismatch: "
+        )
+        assert done.stderr.endswith("; the chain does not verify, so nothing was signed\n")
+        assert list(folder.iterdir()) == []
+
     def test_printed_when_no_directory_is_given(
         self, demo_db: str, keys: tuple[Path, Path]
     ) -> None:

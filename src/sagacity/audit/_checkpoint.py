@@ -32,12 +32,13 @@ import datetime
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from sagacity.audit._keys import PrivateKey, PublicKey
-from sagacity.audit._verify import ChainHead, iter_saga_ids
+from sagacity.audit._verify import ChainHead, _Chain, iter_saga_ids
 from sagacity.errors import CheckpointError
-from sagacity.journal import SideEffectJournal
+from sagacity.journal import JournalEntry, SideEffectJournal
+from sagacity.journal._rows import UnreadableRowError
 
 __all__ = ["Checkpoint", "make_checkpoint", "read_checkpoint"]
 
@@ -74,10 +75,15 @@ def make_checkpoint(
     *,
     now: datetime.datetime | None = None,
 ) -> Checkpoint:
-    """Read every saga's head and sign the statement with `key`.
+    """Verify every saga's chain as it is read, and sign the statement of their heads.
 
-    Verify the journal first: a checkpoint vouches for the heads it finds, so a chain
-    broken before it was taken stays broken, it does not become evidence.
+    Each saga's entries are read once and checked as `verify` checks them, and the head
+    signed is the last entry verified: a checkpoint never vouches for a broken chain, nor
+    for rows appended after it was checked.
+
+    Raises:
+        CheckpointError: A saga's chain is broken; the message names the saga and the
+            seq of its first problem, and nothing is signed.
     """
     when = now or datetime.datetime.now(datetime.UTC)
     if when.tzinfo is None:
@@ -85,9 +91,9 @@ def make_checkpoint(
     created_at = when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     heads = []
     for saga_id in iter_saga_ids(journal):
-        entries = journal.entries(saga_id)
-        if entries:
-            heads.append(ChainHead(saga_id=saga_id, seq=entries[-1].seq, hash=entries[-1].hash))
+        head = _verified_head(journal, saga_id)
+        if head is not None:
+            heads.append(head)
     body = _body(created_at, key.key_id, heads)
     signature = key.sign(body.encode())
     return Checkpoint(
@@ -153,6 +159,32 @@ def read_checkpoint(text: str | bytes, key: PublicKey | Iterable[PublicKey]) -> 
         signature=signature,
         text=text,
     )
+
+
+def _verified_head(journal: SideEffectJournal, saga_id: str) -> ChainHead | None:
+    """Read one saga's chain once, verify it as `verify` does, and return its head.
+
+    None for a saga without entries. Raises CheckpointError at the chain's first problem.
+    """
+    chain = _Chain(None)
+    unreadable = None
+    try:
+        entries: Sequence[JournalEntry] = journal.entries(saga_id)
+    except UnreadableRowError as error:  # the entries before the row were read
+        entries, unreadable = error.readable, error
+    for entry in entries:
+        chain.check(entry, saga_id)
+    if unreadable is not None:
+        chain.unreadable(unreadable.seq, unreadable.reason)
+    problem = chain.finish(saga_id)
+    if problem is not None:
+        raise CheckpointError(
+            f"checkpoint: saga {saga_id!r} seq {problem.seq}: {problem.reason}; the chain "
+            "does not verify, so nothing was signed"
+        )
+    if not entries:
+        return None
+    return ChainHead(saga_id=saga_id, seq=entries[-1].seq, hash=entries[-1].hash)
 
 
 def _body(created_at: str, key_id: str, heads: list[ChainHead]) -> str:
