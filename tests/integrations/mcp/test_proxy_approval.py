@@ -6,14 +6,19 @@ decided; its answer decides nothing, the journal's APPROVED entry does.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client, types
 from mcp.server.mcpserver import Context, MCPServer
 
-from sagacity import Phase, Sagacity
-from sagacity.integrations.mcp import APPROVAL_META, mcp_proxy, request_end_saga
+from sagacity import Phase, Sagacity, SagaOutcome, SagaResult
+from sagacity.errors import SagacityError
+from sagacity.integrations.mcp import APPROVAL_META, _proxy_server, mcp_proxy, request_end_saga
 from tests.integrations.mcp._shop import Warehouse, meta, text
 
 WIRE = {"amount": "900.00", "to": "ACME"}
@@ -94,6 +99,58 @@ class TestElicitedApproval:
 
         assert (asked, upstream.calls) == ([], [])
         assert text(result).startswith("[AWAITING_APPROVAL] wire was not run")
+
+
+class TestSagaLetGoWhileAsking:
+    async def test_a_rejection_elsewhere_while_the_user_is_asked_is_not_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """The approval page rejects during the elicitation: it ends the saga; nothing runs.
+
+        The proxy does not hold the saga while its client's user is asked, so a second
+        `Sagacity` on the same journal (another process) is not told the saga is busy,
+        and the user's "accept" afterwards does not run the rejected call.
+        """
+        url = f"sqlite:///{tmp_path}/journal.db"
+        proxy_side, approval_page = Sagacity.from_url(url), Sagacity.from_url(url)
+        rejected: list[SagaResult | SagacityError] = []
+        reject = functools.partial(
+            approval_page.reject, "w", approver="cfo@example.com", reason="not today"
+        )
+
+        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            try:  # in a thread of its own, as another process would: no saga context
+                rejected.append(await asyncio.get_running_loop().run_in_executor(None, reject))
+            except SagacityError as error:
+                rejected.append(error)
+            return types.ElicitResult(action="accept")
+
+        upstream, result = await wire_once(proxy_side, elicit)
+
+        assert [getattr(r, "outcome", r) for r in rejected] == [SagaOutcome.COMPENSATED]
+        assert upstream.calls == []
+        assert result.is_error
+        assert "saga 'w' ended COMPENSATED" in text(result)
+        assert [e.phase.name for e in proxy_side.history("w")] == [
+            "AWAITING_APPROVAL", "REJECTED", "ENDED",
+        ]  # fmt: skip
+
+    async def test_a_user_who_does_not_answer_leaves_the_call_waiting(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """An unanswered offer times out: the call answers the waiting result, unrun."""
+        monkeypatch.setattr(_proxy_server, "APPROVAL_ELICITATION_TIMEOUT", 0.2)
+
+        async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        sagacity = Sagacity.from_url("memory://")
+        upstream, result = await wire_once(sagacity, never)
+
+        assert text(result).startswith("[AWAITING_APPROVAL] wire was not run")
+        assert upstream.calls == []
+        assert [e.phase for e in sagacity.history("w")] == [Phase.AWAITING_APPROVAL]
 
 
 class TestOutputSchema:

@@ -22,6 +22,7 @@ from mcp.types import SERVER_INFO_META_KEY
 from sagacity import ConfigurationError, Phase, Sagacity, SagaOutcome, verify
 from sagacity.integrations.mcp import (
     PROCESS_TOKEN,
+    Compensate,
     ProxyServer,
     mcp_proxy,
     request_end_saga,
@@ -200,6 +201,46 @@ class TestRelays:
         assert listed == [*TOOLS, "grown"]
         # A tool that claims nothing is IRREVERSIBLE: it waits, and the upstream is not called.
         assert text(grown).startswith("[AWAITING_APPROVAL] grown was not run")
+
+
+class TestUndoRelays:
+    async def test_an_undo_run_by_end_asks_the_client_that_ended_the_saga(
+        self, tmp_path: Path
+    ) -> None:
+        """An undo run by `sagacity/end` elicits the client that sent the request.
+
+        Another client of the proxy spoke last; the upstream's elicitation during the undo
+        still reaches the client whose request runs it, not the latest one.
+        """
+        sagacity = Sagacity.from_url("memory://")
+        asked: list[str] = []
+
+        def answering(who: str) -> Any:
+            async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+                asked.append(f"{who}:{params.message}")
+                return types.ElicitResult(action="accept", content={"colour": "teal"})
+
+            return elicit
+
+        undo = Compensate(tool="ask_user", args=lambda input, result: {"question": "undo?"})
+        async with (
+            proxied(
+                tmp_path,
+                sagacity,
+                read_only=[t for t in TOOLS if t not in ("steps", "ask_user")],
+                compensations={"steps": undo},
+            ) as proxy,
+            Client(proxy, mode="legacy", elicitation_callback=answering("ender")) as ender,
+            Client(proxy, mode="legacy", elicitation_callback=answering("other")) as other,
+        ):
+            await ender.call_tool("steps", {"count": 1}, meta=meta("u"))
+            with pytest.raises(MCPError, match="Sampling not supported"):
+                await ender.call_tool("ask_model", {"prompt": "x"}, meta=meta("u"))
+            await other.list_tools()  # the other client is now the proxy's latest
+            ending = await request_end_saga(ender, "u")
+
+        assert ending.outcome == "COMPENSATED"
+        assert asked == ["ender:undo?"]
 
 
 class TestPassThrough:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mcp import Client
@@ -34,6 +35,7 @@ from mcp.types import (
     Tool,
 )
 
+from sagacity.approval import ApprovalRequest
 from sagacity.errors import SagacityError
 from sagacity.integrations.mcp._control import (
     CONTROL_TOOLS,
@@ -79,6 +81,10 @@ if TYPE_CHECKING:
 __all__ = ["ProxyServer", "forwarded_meta"]
 
 logger = logging.getLogger(__name__)
+
+APPROVAL_ELICITATION_TIMEOUT = 600.0
+"""Seconds the proxy waits for its client's user to answer the approval offer; then the
+call answers the waiting result (the saga is not held meanwhile)."""
 
 _PROTOCOL_PREFIX = "io.modelcontextprotocol/"
 _LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
@@ -238,25 +244,32 @@ class _Handlers:
         """A call of a control tool: the request's handler, outside any saga, unjournaled."""
         if self.proxied.collisions:
             return error_result(f"tool {params.name!r}: {self._collision_message()}")
-        self.connection.note_session(ctx.session)
-        token = downstream(ctx.session)  # the undos' upstream requests reach this client
-        try:
+        with self._serving(ctx):
             return await call_control_tool(self.sagacity, params.name, params.arguments)
-        finally:
-            serving_session.reset(token)
 
     async def end(
         self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
     ) -> EndSagaResult:
-        return await handle_end_request(self.sagacity, params)
+        with self._serving(ctx):
+            return await handle_end_request(self.sagacity, params)
 
     async def compensate(
         self, ctx: ServerRequestContext[Any, Any], params: EndSagaParams
     ) -> EndSagaResult:
+        with self._serving(ctx):
+            return await handle_compensate_request(self.sagacity, params)
+
+    @contextlib.contextmanager
+    def _serving(self, ctx: ServerRequestContext[Any, Any]) -> Iterator[None]:
+        """Serve the body for this request's client.
+
+        An undo the body runs may have its upstream elicit, sample or log: that reaches
+        the client of this request, not the proxy's latest client.
+        """
         self.connection.note_session(ctx.session)
         token = downstream(ctx.session)
         try:
-            return await handle_compensate_request(self.sagacity, params)
+            yield
         finally:
             serving_session.reset(token)
 
@@ -291,7 +304,16 @@ class _Handlers:
             if saga_id is None:
                 return await self._run(ctx, tool, params.name, arguments, None)
             with self.sagas.tool_call(saga_id, call_id) as call:
-                return await self._run(ctx, tool, params.name, arguments, call)
+                result = await self._run(ctx, tool, params.name, arguments, call)
+            # The user is asked with the saga let go: while they answer, an approver's
+            # rejection (the approval page, the CLI) must be able to take its lease.
+            request = call.awaiting
+            if request is None or not await self._answered_accept(ctx, request):
+                return result
+            with self.sagas.tool_call(saga_id, call.claimed) as again:
+                if not _approved(again, request):
+                    return result  # accepted, but no approver has approved: still waiting
+                return await self._run(ctx, tool, params.name, arguments, again)
         except SagacityError as error:  # raised on entering: the saga has ended
             return error_result(f"tool {params.name!r}: {error}")
         finally:
@@ -315,11 +337,6 @@ class _Handlers:
                 value = await tool.ainvoke(
                     (), arguments, call_id=call_id, on_approval_needed=call.approval_needed
                 )
-                if call.awaiting is not None and await self._approved_meanwhile(ctx, call):
-                    call.awaiting = None  # approved while the user was asked: run it now
-                    value = await tool.ainvoke(
-                        (), arguments, call_id=call_id, on_approval_needed=call.approval_needed
-                    )
         except UpstreamToolError as error:
             return without_identity(error.result)
         except SagacityError as error:
@@ -346,19 +363,20 @@ class _Handlers:
         # A call replayed from the journal returns its journaled result.
         return without_identity(CallToolResult.model_validate(value))
 
-    async def _approved_meanwhile(
-        self, ctx: ServerRequestContext[Any, Any], call: ToolCall
+    async def _answered_accept(
+        self, ctx: ServerRequestContext[Any, Any], request: ApprovalRequest
     ) -> bool:
-        """Offer the client's user to wait for the approval; whether it was given meanwhile.
+        """Offer the client's user to wait for the approval; whether they accepted.
 
         Where the client can elicit a form, the user is told what waits and for whom, and
         asked to answer once an approver has decided. The answer decides nothing: only an
         APPROVED entry in the journal for exactly this request lets the call run, checked
         again by the core when it runs. Without elicitation (or if the client cannot be
-        asked on this connection) the call answers the waiting result, as before.
+        asked on this connection, or does not answer within
+        `APPROVAL_ELICITATION_TIMEOUT`) the call answers the waiting result, as before.
+        Called outside the saga's scope, so that the saga's lease is not held meanwhile.
         """
-        request = call.awaiting
-        if not self.elicit_approval or request is None or not _can_elicit(ctx):
+        if not self.elicit_approval or not _can_elicit(ctx):
             return False
         message = (
             f"{request.tool_name} waits for a named approver's approval in sagacity (saga "
@@ -374,16 +392,12 @@ class _Handlers:
                     )
                 ),
                 ElicitResult,
+                request_read_timeout_seconds=APPROVAL_ELICITATION_TIMEOUT,
             )
-        except Exception:  # the client could not be asked on this connection
-            logger.debug("approval elicitation for %s not offered", request.request_id)
+        except Exception:  # the client could not be asked on this connection, or timed out
+            logger.debug("approval elicitation for %s not answered", request.request_id)
             return False
-        if answer.action != "accept":
-            return False
-        scope = call.saga.scope
-        with scope.lock:
-            scope.refresh()
-            return bool(scope.history.approvals(request.seq))
+        return answer.action == "accept"
 
     # -- read-only pass-through: not journaled ----------------------------------------
 
@@ -426,6 +440,13 @@ class _Handlers:
         context = params.context.arguments if params.context is not None else None
         argument = {"name": params.argument.name, "value": params.argument.value}
         return without_identity(await client.complete(params.ref, argument, context))
+
+
+def _approved(call: ToolCall, request: ApprovalRequest) -> bool:
+    """Whether the journal, read again on entering the saga, holds `request`'s approval."""
+    scope = call.saga.scope
+    with scope.lock:
+        return bool(scope.history.approvals(request.seq))
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:
