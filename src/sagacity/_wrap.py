@@ -71,6 +71,12 @@ def wrap_sources(
             "name with compensable(name=...)"
         )
     for declared in found:
+        holder = registry.reserved_by(declared.name)
+        if holder is not None:  # its compensation would replace the holder's undo
+            raise ConfigurationError(
+                f"the tool name {declared.name!r} belongs to {holder}; give the tool "
+                "another name with compensable(name=...)"
+            )
         existing = known.get(declared.name)
         # Wrapping another instance of the same class replaces the tool (and its
         # compensation): objects built per request are a common pattern.

@@ -13,6 +13,7 @@ from sagacity.workflows import (
     CheckResult,
     StageCheck,
     WorkflowRuntime,
+    WorkflowStatus,
     check,
     gate,
     stage,
@@ -332,3 +333,39 @@ def test_a_stage_tool_name_taken_by_a_wrapped_tool(sagacity: Sagacity) -> None:
             return x
 
     refused(sagacity, Taken, match=r"a tool named 'taken.a' is wrapped in this Sagacity")
+
+
+def test_a_tool_wrapped_later_under_a_stage_tool_name(sagacity: Sagacity) -> None:
+    """The other order: a tool wrapped after the runtime under a stage's tool name.
+
+    So is one under the workflow's own; the run is still undone by the stage's own undo.
+    """
+    undone: list[str] = []
+
+    @workflow("later")
+    class Later:
+        @stage(order=1)
+        @compensable(by="undo")
+        def a(self, x: int) -> int:
+            return x
+
+        def undo(self) -> None:
+            undone.append("the stage's own")
+
+        @stage(order=2)
+        @gate(reason="look")
+        def b(self, x: int) -> int:
+            return x
+
+    runtime = WorkflowRuntime(sagacity, [Later()])
+    for name in ("later.a", "later"):
+
+        @compensable(by=lambda: undone.append("another tool's"), name=name)
+        def impostor(x: int) -> int:
+            return x
+
+        with pytest.raises(ConfigurationError, match=rf"the tool name '{name}' belongs to"):
+            sagacity.wrap(impostor)
+    runtime.start("later", 1, run_id="l-1")
+    assert runtime.reject_gate("l-1", "b", "bob", "no").status is WorkflowStatus.COMPENSATED
+    assert undone == ["the stage's own"]

@@ -66,9 +66,18 @@ class CompensationRegistry:
 
     def __init__(self) -> None:
         self._by_tool: dict[str, Compensation] = {}
+        self._reserved: dict[str, str] = {}
 
     def register(self, compensation: Compensation) -> None:
         self._by_tool[compensation.tool_name] = compensation
+
+    def reserve(self, tool_name: str, owner: str) -> None:
+        """Keep `tool_name` for `owner` (a workflow's stage): `wrap` refuses the name."""
+        self._reserved[tool_name] = owner
+
+    def reserved_by(self, tool_name: str) -> str | None:
+        """Who keeps `tool_name`, if anyone (see `reserve`)."""
+        return self._reserved.get(tool_name)
 
     def get(self, tool_name: str) -> Compensation | None:
         return self._by_tool.get(tool_name)

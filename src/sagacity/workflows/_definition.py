@@ -408,6 +408,7 @@ def _journaled(
         )
     if declared.compensation is not None:
         sagacity._registry.register(declared.compensation)
+    sagacity._registry.reserve(declared.name, here)
     tool = SagaTool(
         sagacity,
         declared.func,
