@@ -878,6 +878,29 @@ class TestEscaping:
             "nbsp": "1\xa0000",
         }
 
+    def test_the_timeline_summary_escapes_them_too(self) -> None:
+        r"""A reason or result quoted in the timeline's one-line summary shows \u202e."""
+        from sagacity.journal import GENESIS_HASH
+        from sagacity.journal._entry import seal
+        from sagacity.server._ui_inbox import timeline
+
+        entry, _ = seal(
+            "s",
+            1,
+            Phase.EXECUTED,
+            tool_name="wire\u202e",
+            call_id="wire#1\u202e",
+            ref_seq=None,
+            payload={"result": "100\u202e00001", "reason": "ok\u202eko"},
+            prev_hash=GENESIS_HASH,
+        )
+        (row,) = timeline([entry])
+        shown = f"{row.summary} {row.tool_name} {row.call_id}"
+        assert "\u202e" not in shown
+        assert "ok\\u202eko" in row.summary
+        assert "100\\u202e00001" in row.summary
+        assert (row.tool_name, row.call_id) == ("wire\\u202e", "wire#1\\u202e")
+
 
 class TestSessions:
     def test_sessions_end_after_their_lifetime_and_when_idle(self) -> None:

@@ -299,7 +299,11 @@ def _span(seconds: float) -> str:
 
 def pretty_json(value: Any) -> str:
     """`value` as indented JSON, with every invisible or reordering character escaped."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return visible(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def visible(text: str) -> str:
+    """`text` with every invisible or reordering character (a bidi override) escaped."""
     return "".join(_visible(char) for char in text)
 
 
@@ -341,10 +345,10 @@ def timeline(entries: list[JournalEntry], *, highlight: int | None = None) -> li
         TimelineRow(
             seq=entry.seq,
             phase=entry.phase.value,
-            tool_name=entry.tool_name,
-            call_id=entry.call_id,
+            tool_name=None if entry.tool_name is None else visible(entry.tool_name),
+            call_id=None if entry.call_id is None else visible(entry.call_id),
             recorded_at=entry.recorded_at,
-            summary=_summary(entry),
+            summary=visible(_summary(entry)),
             payload="" if entry.payload is None else pretty_json(entry.payload),
             highlight=entry.seq == highlight,
         )
