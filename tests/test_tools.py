@@ -27,6 +27,7 @@ from sagacity import (
     compensable,
     current_call,
 )
+from sagacity._summary import summary_of
 from sagacity.approval import InMemoryApprovalStore
 from sagacity.journal import JsonValue, SagaLease
 from sagacity.testing import memory_sagacity
@@ -657,6 +658,8 @@ class TestClassification:
                 return "paused"
 
         assert backend.saga("s", work).outcome is SagaOutcome.SUSPENDED
+        # What the server, the inbox and `sagacity sagas` list, from the journal alone.
+        assert summary_of("s", backend.history("s")).status == "SUSPENDED"
         probe.error = None
         resumed = backend.resume_saga("s", work)
         assert resumed.outcome is SagaOutcome.COMPLETED

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from sagacity._history import OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
+from sagacity._history import CONTROL_FLOW, OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
 from sagacity.approval._policy import recorded_starter
 from sagacity.errors import JournalError, SagaNotFoundError
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
@@ -127,6 +127,10 @@ def _status(history: SagaHistory) -> str:
         return outcome
     if history.open_requests():
         return "AWAITING_APPROVAL"
+    # The framework paused a call (its control flow) and nothing ran it since: the run
+    # ended SUSPENDED, which the journal shows as that call's latest outcome.
+    if any(call.kind == CONTROL_FLOW for call in history.latest_call.values()):
+        return "SUSPENDED"
     return "OPEN"
 
 
