@@ -18,8 +18,9 @@ import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import StreamingResponse
 
+from sagacity._history import SagaHistory
 from sagacity._ids import require_id
-from sagacity._summary import list_doubts, list_summaries, summarize
+from sagacity._summary import list_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
 from sagacity.audit._export import CSV_FIELDS, csv_row
@@ -167,10 +168,12 @@ def api_router(sagacity: Sagacity) -> APIRouter:
         entries = sagacity.journal.entries(_saga(saga_id))
         if not entries:
             raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
+        history = SagaHistory.of(saga_id, entries)  # read once, for all three parts
+        pending = sagacity.approval.pending(saga_id, history=history)
         return SagaDetail(
-            summary=SagaSummaryModel.of(summarize(sagacity.journal, saga_id)),
+            summary=SagaSummaryModel.of(summary_of(saga_id, entries)),
             entries=[EntryModel.of(e) for e in entries],
-            pending=[ApprovalRequestModel.of(r) for r in sagacity.pending(saga_id)],
+            pending=[ApprovalRequestModel.of(r) for r in pending],
         )
 
     @api.get("/approvals", response_model=list[ApprovalRequestModel], tags=["approvals"])
