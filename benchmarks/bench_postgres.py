@@ -22,6 +22,8 @@ table is made in schemas of its own, dropped at the end.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import functools
 import io
 import itertools
 import multiprocessing
@@ -143,8 +145,14 @@ def per_call(schemas: Schemas) -> None:
 
     journal = PostgresJournal(schemas.new("journal")[1])
 
-    def journal_pair(calls: int) -> float:
+    def journal_pair(calls: int, *, leased: bool = False) -> float:
         saga = f"calls-{next(batches)}"
+        fence = None
+        if leased:  # as a saga does: its lease first, every append fenced by it
+            now = datetime.datetime.now(datetime.UTC)
+            fence = journal.acquire_lease(
+                saga, "bench", now=now, expires_at=now + datetime.timedelta(hours=1)
+            )
         journal.entries(saga)  # a saga reads its history when it opens
         started = time.perf_counter()
         for n in range(calls):
@@ -154,6 +162,7 @@ def per_call(schemas: Schemas) -> None:
                 tool_name="reserve_inventory",
                 call_id=f"reserve_inventory#{n + 1}",
                 payload={"input": {"sku": "SKU-1", "qty": n}, "reversibility": "COMPENSATABLE"},
+                fence=fence,
             )
             journal.append(
                 saga,
@@ -162,6 +171,7 @@ def per_call(schemas: Schemas) -> None:
                 call_id=intent.call_id,
                 ref_seq=intent.seq,
                 payload={"result": f"res-SKU-1-{n}"},
+                fence=fence,
             )
         return (time.perf_counter() - started) / calls
 
@@ -183,6 +193,7 @@ def per_call(schemas: Schemas) -> None:
     ours: dict[str, Callable[[int], float]] = {
         "floor: 2 x (INSERT + COMMIT)": floor,
         "sagacity: journal.append x 2": journal_pair,
+        "sagacity: the same, under a lease": functools.partial(journal_pair, leased=True),
         "sagacity: wrapped tool in a saga": tool_call,
     }
     for contender in ours.values():
@@ -190,7 +201,7 @@ def per_call(schemas: Schemas) -> None:
     samples: dict[str, list[float]] = {name: [] for name in ours}
     names = list(ours)
     for batch in range(BATCHES):
-        for name in names[batch % 3 :] + names[: batch % 3]:
+        for name in names[batch % len(names) :] + names[: batch % len(names)]:
             samples[name].append(ours[name](CALLS_PER_BATCH))
 
     print()

@@ -83,7 +83,14 @@ class TestJournalLeases:
         journal.release_lease(old)  # leaves the new holder's lease alone
         journal.append("s", Phase.INTENT, tool_name="t", call_id="t#3", fence=new)
         journal.append("s", Phase.APPROVED, call_id="t#3")
-        assert [e.call_id for e in journal.entries("s")] == ["t#1", "t#3", "t#3"]
+        entries = journal.entries("s")
+        assert [(e.phase, e.call_id) for e in entries] == [
+            (Phase.INTENT, "t#1"),
+            (Phase.TAKEN_OVER, None),
+            (Phase.INTENT, "t#3"),
+            (Phase.APPROVED, "t#3"),
+        ]
+        assert entries[1].payload == {"owner": "worker-b"}
         with pytest.raises(SagaBusyError):
             take(journal, "worker-c", T0 + 2 * MINUTE)
 
@@ -104,6 +111,90 @@ class TestJournalLeases:
         finally:
             writer.close()
             other.close()
+
+    @pytest.mark.parametrize(
+        "last_seen", ["its own append", "a read after the takeover", "its release", "its ENDED"]
+    )
+    def test_a_former_holder_with_a_warm_journal_writes_nothing(
+        self, shared_store_url: str, last_seen: str
+    ) -> None:
+        """A holder's journal that knows the saga's head is fenced out all the same.
+
+        Its next append would follow the head it knows with one INSERT: a takeover
+        journaled TAKEN_OVER at that seq; after a release or an ENDED the journal no
+        longer writes unchecked under the old token; and a read that moved its head
+        past TAKEN_OVER makes it check again.
+        """
+        former, taker = Sagacity.from_url(shared_store_url), Sagacity.from_url(shared_store_url)
+        try:
+            old = take(former.journal, "worker-a", T0)
+            for call_id in ("t#1", "t#2"):  # the second one on PostgreSQL's fast path
+                former.journal.append("s", Phase.INTENT, tool_name="t", call_id=call_id, fence=old)
+            if last_seen == "its release":
+                former.journal.release_lease(old)
+            elif last_seen == "its ENDED":
+                former.journal.append("s", Phase.ENDED, payload={"outcome": "X"}, fence=old)
+            new = take(taker.journal, "worker-b", T0 + 2 * MINUTE)
+            if last_seen == "a read after the takeover":
+                assert former.journal.entries("s")[-1].phase is Phase.TAKEN_OVER
+            before = taker.journal.entries("s")
+
+            with pytest.raises(LeaseLostError, match="worker-a"):
+                former.journal.append("s", Phase.EXECUTED, call_id="t#2", ref_seq=2, fence=old)
+            assert taker.journal.entries("s") == before
+            taken_over = [e.payload for e in before if e.phase is Phase.TAKEN_OVER]
+            if last_seen in ("its own append", "a read after the takeover"):
+                assert taken_over == [{"owner": "worker-b"}]
+            else:  # freed, not taken over: nothing to journal
+                assert taken_over == []
+            taker.journal.append("s", Phase.INTENT, call_id="t#3", fence=new)
+            assert [e.seq for e in taker.journal.entries("s")] == list(range(1, len(before) + 2))
+        finally:
+            former.close()
+            taker.close()
+
+    def test_a_holder_appending_through_a_takeover_lands_only_before_it(
+        self, shared_store_url: str
+    ) -> None:
+        """A holder appending as fast as it can while another worker takes the saga over.
+
+        Each of its entries lands before TAKEN_OVER or not at all, and once refused it
+        stays refused.
+        """
+        former, taker = Sagacity.from_url(shared_store_url), Sagacity.from_url(shared_store_url)
+        old = take(former.journal, "worker-a", T0)
+        landed: list[int] = []
+        refusals: list[LeaseLostError] = []
+        started = threading.Event()
+
+        def hammer() -> None:
+            for n in range(10_000):
+                try:
+                    entry = former.journal.append("s", Phase.INTENT, call_id=f"a#{n}", fence=old)
+                except LeaseLostError as refusal:
+                    refusals.append(refusal)
+                    if len(refusals) == 3:
+                        return
+                else:
+                    landed.append(entry.seq)
+                    if n == 20:
+                        started.set()
+
+        try:
+            thread = threading.Thread(target=hammer)
+            thread.start()
+            assert started.wait(30)
+            take(taker.journal, "worker-b", T0 + 2 * MINUTE)
+            thread.join(60)
+            assert not thread.is_alive()
+            assert len(refusals) == 3
+            entries = taker.journal.entries("s")
+            marker = next(e for e in entries if e.phase is Phase.TAKEN_OVER)
+            assert landed == list(range(1, marker.seq))
+            assert entries[marker.seq :] == []
+        finally:
+            former.close()
+            taker.close()
 
     def test_an_ended_saga_frees_its_lease_without_a_release(self, sagacity: Sagacity) -> None:
         """Writing ENDED frees the lease: the next worker takes it before its expiry.

@@ -87,6 +87,7 @@ class TestKilledInsideACompensation:
         assert in_doubt.error.startswith("compensation started (COMPENSATING at seq 7)")
         assert shape(sagacity) == [
             *BEFORE_THE_CRASH,
+            (Phase.TAKEN_OVER, None, None),  # the killed worker's lease, taken over
             (Phase.COMPENSATING, "reserve_inventory", 2),
             (Phase.COMPENSATED, "reserve_inventory", 2),
             (Phase.ENDED, None, None),
@@ -118,13 +119,14 @@ class TestKilledInsideACompensation:
         entries = sagacity.history("order-1")
         assert shape(sagacity) == [
             *BEFORE_THE_CRASH,
+            (Phase.TAKEN_OVER, None, None),
             (Phase.COMPENSATING, "charge_card", 4),
             (Phase.COMPENSATED, "charge_card", 4),
             (Phase.COMPENSATING, "reserve_inventory", 2),
             (Phase.COMPENSATED, "reserve_inventory", 2),
             (Phase.ENDED, None, None),
         ]
-        assert entries[7].payload == {"attempt": 2}
+        assert entries[8].payload == {"attempt": 2}
         assert sagacity.compensate("order-1").outcome is SagaOutcome.COMPENSATED
         assert sagacity.history("order-1") == entries  # nothing is run or journaled again
         assert ledger.read_text().splitlines() == [

@@ -115,16 +115,29 @@ class TestCutOff:
 
 
 class TestLeaseInABatch:
+    @pytest.mark.parametrize("taker", ["this journal", "another journal"])
     def test_a_saga_taken_over_writes_none_of_its_rows_and_the_others_land(
-        self, journal: PostgresJournal, driver: str
+        self, journal: PostgresJournal, pg_url: str, driver: str, taker: str
     ) -> None:
+        """The stale holder's rows are refused, the other saga's land.
+
+        Taken over by this journal, the batch knows the new token and commits the stale
+        rows alone, where the lease refuses them. Taken over by another journal, the
+        batch seals them on the head it knows: its statement meets TAKEN_OVER at that
+        seq, fails whole, and each append is redone alone.
+        """
         now = datetime.datetime.now(datetime.UTC)
         later = now + datetime.timedelta(hours=1)
         stale = journal.acquire_lease("taken", "w1", now=now, expires_at=now)
-        for saga_id in ("taken", "kept"):
-            journal.append(saga_id, Phase.INTENT, tool_name="reserve")  # heads known: sealed
-        journal.acquire_lease("taken", "w2", now=now, expires_at=later)  # takes it over
         held = journal.acquire_lease("kept", "w1", now=now, expires_at=later)
+        journal.append("taken", Phase.INTENT, tool_name="reserve", fence=stale)  # heads known
+        journal.append("kept", Phase.INTENT, tool_name="reserve", fence=held)
+        other = journal if taker == "this journal" else PostgresJournal(pg_url)
+        try:
+            other.acquire_lease("taken", "w2", now=now, expires_at=later)  # takes it over
+        finally:
+            if other is not journal:
+                other.close()
         results = commit_batch(
             journal,
             [
@@ -138,7 +151,9 @@ class TestLeaseInABatch:
         assert [type(r) for r in results[:2]] == [LeaseLostError, LeaseLostError]
         kept: list[Any] = results[2:]
         assert [(e.seq, e.phase) for e in kept] == [(2, Phase.EXECUTED), (3, Phase.ENDED)]
-        assert [e.seq for e in journal.entries("taken")] == [1]
+        taken = journal.entries("taken")
+        assert [(e.seq, e.phase) for e in taken] == [(1, Phase.INTENT), (2, Phase.TAKEN_OVER)]
+        assert taken[1].payload == {"owner": "w2"}
         assert journal.entries("kept")[1:] == kept
         assert verify(journal).ok
 

@@ -28,6 +28,7 @@ from tests._postgres import with_query
 pytestmark = pytest.mark.postgres
 
 Admin = psycopg.Connection[tuple[Any, ...]]
+T = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
 
 
 def schema_of(url: str) -> str:
@@ -36,7 +37,7 @@ def schema_of(url: str) -> str:
 
 class TestSchema:
     def test_created_on_first_use_with_its_version(self, pg_url: str, admin: Admin) -> None:
-        """Opening a URL creates its schema, its tables, the triggers and version 2."""
+        """Opening a URL creates its schema, its tables, the triggers and version 3."""
         schema = schema_of(pg_url)
         assert admin.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
         open_postgres_stores(pg_url)[0].close()
@@ -54,7 +55,7 @@ class TestSchema:
         version = admin.execute(
             f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
         ).fetchone()
-        assert version == (str(SCHEMA_VERSION),) == ("2",)
+        assert version == (str(SCHEMA_VERSION),) == ("3",)
 
     def test_the_payload_column_is_text_not_jsonb(self, pg_url: str, admin: Admin) -> None:
         """Payloads and approval inputs are stored as text: jsonb would reorder and reformat."""
@@ -77,6 +78,33 @@ class TestSchema:
         with pytest.raises(SchemaVersionError, match=r"schema version 99.*upgrade sagacity"):
             Sagacity.from_url(pg_url)
         assert admin.execute(f"SELECT value FROM {meta}").fetchone() == ("99",)
+
+    def test_a_version_2_schema_is_upgraded_to_journal_takeovers(
+        self, pg_url: str, admin: Admin
+    ) -> None:
+        """A schema from before TAKEN_OVER gains the function that journals it.
+
+        Its rows are kept, and a takeover then journals TAKEN_OVER.
+        """
+        schema = schema_of(pg_url)
+        first = PostgresJournal(pg_url)
+        lease = first.acquire_lease("s", "w1", now=T, expires_at=T)
+        first.append("s", Phase.INTENT, fence=lease)
+        first.close()
+        admin.execute(f'DROP FUNCTION "{schema}".sagacity_take_lease')
+        admin.execute(
+            f"UPDATE \"{schema}\".sagacity_meta SET value = '2' WHERE key = 'schema_version'"
+        )
+        second = PostgresJournal(pg_url)
+        try:
+            second.acquire_lease("s", "w2", now=T, expires_at=T + datetime.timedelta(hours=1))
+            assert [e.phase for e in second.entries("s")] == [Phase.INTENT, Phase.TAKEN_OVER]
+        finally:
+            second.close()
+        version = admin.execute(
+            f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        assert version == ("3",)
 
     def test_the_current_schema_reopens(self, pg_url: str) -> None:
         """Reopening keeps the journal, and the reopened journal appends after it."""

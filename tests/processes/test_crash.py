@@ -77,6 +77,7 @@ class TestKilledInsideATool:
         ]
         tail = sagacity.history("order-1")[5:]
         assert [(e.phase, e.ref_seq) for e in tail] == [
+            (Phase.TAKEN_OVER, None),  # the killed worker's lease, taken over
             (Phase.COMPENSATING, 4),
             (Phase.COMPENSATED, 4),
             (Phase.COMPENSATING, 2),

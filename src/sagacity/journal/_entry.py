@@ -54,6 +54,10 @@ class Phase(enum.Enum):
     """The compensation of the EXECUTED entry `ref_seq` raised."""
     ENDED = "ENDED"
     """The saga ended; `payload["outcome"]` says how."""
+    TAKEN_OVER = "TAKEN_OVER"
+    """Another worker took the saga over when its holder's lease had expired unreleased;
+    `payload["owner"]` names the new holder. Journaled with the lease it took, in one
+    commit: whatever the former holder appended is before it, and nothing after."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

@@ -2,9 +2,10 @@
 
 A lease is a row per saga in the journal's own database: who holds it, until when, and
 a fencing token that grows by one at every acquisition. Every append its holder makes
-names the token, and the journal writes the entry only while the token is still the
-saga's, in the same statement: a holder that stalled past its expiry and was taken
-over cannot write behind the new holder.
+names the token, and the journal refuses it once the token is no longer the saga's: a
+holder that stalled past its expiry and was taken over cannot write behind the new
+holder. Taking over a lease that expired unreleased journals TAKEN_OVER with it, in one
+commit (PostgreSQL's fast path relies on it: docs/postgres.md, Leases).
 """
 
 from __future__ import annotations

@@ -74,36 +74,42 @@ class InMemoryJournal:
                 found = 0 if chain is None else len(chain)
                 if found != expected_seq:
                     raise AppendConflictError(saga_id, expected_seq, found)
-            if chain is None:
-                chain = self._sagas[saga_id] = []
-            seq = len(chain) + 1
-            prev_hash = chain[-1].hash if chain else GENESIS_HASH
-            recorded_at = utc_timestamp()
-            digest = entry_hash(
-                saga_id,
-                seq,
-                phase,
-                tool_name,
-                call_id,
-                ref_seq,
-                payload_bytes,
-                recorded_at,
-                prev_hash,
-            )
-            entry = new_entry(
-                saga_id,
-                seq,
-                phase,
-                tool_name,
-                call_id,
-                ref_seq,
-                stored,
-                recorded_at,
-                prev_hash,
-                digest,
-            )
-            chain.append(entry)
-            return entry
+            return self._chained(saga_id, phase, tool_name, call_id, ref_seq, payload_bytes, stored)
+
+    def _chained(
+        self,
+        saga_id: str,
+        phase: Phase,
+        tool_name: str | None,
+        call_id: str | None,
+        ref_seq: int | None,
+        payload_bytes: bytes,
+        stored: JsonValue,
+    ) -> JournalEntry:
+        """Chain an entry to the saga's last one (under the lock)."""
+        chain = self._sagas.get(saga_id)
+        if chain is None:
+            chain = self._sagas[saga_id] = []
+        seq = len(chain) + 1
+        prev_hash = chain[-1].hash if chain else GENESIS_HASH
+        recorded_at = utc_timestamp()
+        digest = entry_hash(
+            saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
+        )
+        entry = new_entry(
+            saga_id,
+            seq,
+            phase,
+            tool_name,
+            call_id,
+            ref_seq,
+            stored,
+            recorded_at,
+            prev_hash,
+            digest,
+        )
+        chain.append(entry)
+        return entry
 
     async def aappend(
         self,
@@ -147,6 +153,11 @@ class InMemoryJournal:
             ended = any(e.phase is Phase.ENDED for e in chain[since:])
             if held is not None and held.expires_at > now and not ended:
                 raise busy(held)
+            if held is not None and held.expires_at != RELEASED and not ended and chain:
+                marker: JsonValue = {"owner": owner}  # its holder may still be running
+                self._chained(
+                    saga_id, Phase.TAKEN_OVER, None, None, None, canonical_bytes(marker), marker
+                )
             self._since[saga_id] = len(chain)
             lease = SagaLease(
                 saga_id=saga_id,

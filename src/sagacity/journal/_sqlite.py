@@ -41,6 +41,13 @@ _ACQUIRE = (
     "AND j.seq > sagacity_lease.since_seq) RETURNING token"
 )
 _HOLDER = "SELECT owner, token, expires_at FROM sagacity_lease WHERE saga_id = ?"
+# A lease that expired unreleased, its saga not ended since it was taken: its holder may
+# still be running, so taking it over is journaled (TAKEN_OVER).
+_LIVE = (
+    "SELECT 1 FROM sagacity_lease l WHERE l.saga_id = ?1 AND l.expires_at > ?2 "
+    "AND NOT EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = ?1 "
+    "AND j.phase = 'ENDED' AND j.seq > l.since_seq)"
+)
 _SET_EXPIRY = "UPDATE sagacity_lease SET expires_at = ? WHERE saga_id = ? AND token = ?"
 _MAX_REMEMBERED_HEADS = 10_000
 
@@ -305,13 +312,28 @@ class SqliteJournal:
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
-        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`).
+
+        A lease taken over is journaled as TAKEN_OVER in the same transaction.
+        """
+        cursor = self._cursor
         with self._lock:
             try:
-                granted = self._cursor.execute(
-                    _ACQUIRE, (saga_id, owner, lease_time(expires_at), lease_time(now))
-                ).fetchall()
-                held = None if granted else self._cursor.execute(_HOLDER, (saga_id,)).fetchone()
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    live = cursor.execute(_LIVE, (saga_id, lease_time(RELEASED))).fetchone()
+                    granted = cursor.execute(
+                        _ACQUIRE, (saga_id, owner, lease_time(expires_at), lease_time(now))
+                    ).fetchall()
+                    held = None if granted else cursor.execute(_HOLDER, (saga_id,)).fetchone()
+                    head = cursor.execute(_HEAD, (saga_id,)).fetchone()
+                    if granted and live and head:
+                        self._taken_over(saga_id, owner, head)
+                    cursor.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        cursor.execute("ROLLBACK")
+                    raise
             except sqlite3.Error as error:
                 raise JournalError(
                     f"saga {saga_id!r}: cannot take its lease in {self.path!r}: {error}"
@@ -326,6 +348,21 @@ class SqliteJournal:
                 )
             )
         return SagaLease(saga_id=saga_id, owner=owner, token=granted[0][0], expires_at=expires_at)
+
+    def _taken_over(self, saga_id: str, owner: str, head: tuple[int, str]) -> None:
+        """Journal TAKEN_OVER after `head`, in the transaction that takes the lease."""
+        entry, payload_bytes = seal(
+            saga_id,
+            head[0] + 1,
+            Phase.TAKEN_OVER,
+            tool_name=None,
+            call_id=None,
+            ref_seq=None,
+            payload={"owner": owner},
+            prev_hash=head[1],
+        )
+        self._cursor.execute(_INSERT, row_of(entry, payload_bytes))
+        self._heads.pop(saga_id, None)
 
     def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""

@@ -277,7 +277,8 @@ class LoopWriter:
                 lease = await self._checkout(time.monotonic() + self._journal._db.settings.timeout)
                 try:
                     sent = True
-                    batch.written(await arun_steps(lease.cursor, batch.insert()))
+                    await arun_steps(lease.cursor, batch.insert())
+                    batch.written()
                 finally:
                     self._checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:

@@ -5,14 +5,14 @@ knows and written by one multi-row `INSERT`, committed as it runs: one round tri
 one commit for the whole batch, whatever its size. A statement is atomic, so the batch
 is written whole or not at all. Each append keeps its own semantics:
 
-- a fenced append's row is written only while its lease holds (its row share-locked
-  until the commit, so a takeover waits for the batch and then reads its entries); a
-  lease already taken over writes none of that saga's rows (`LeaseLostError`), and the
-  other sagas' rows are written;
-- an append whose saga's head this journal does not know (or knows to be contended), a
-  conditional append on a seq that is not that head, and every later append of that
-  saga in the batch, is committed on its own after the statement, through the journal's
-  ordinary path (the locked path, or `AppendConflictError`);
+- a fenced append is sealed only on a head its lease's token held the saga at (see
+  `_journal._unchecked`): a takeover since then journaled TAKEN_OVER at the seq the row
+  takes, which fails the statement;
+- an append whose saga's head this journal does not know (or knows to be contended, or
+  not under its token), a conditional append on a seq that is not that head, and every
+  later append of that saga in the batch, is committed on its own after the statement,
+  through the journal's ordinary path (the locked path, `LeaseLostError` or
+  `AppendConflictError`);
 - a row whose seq another writer took makes the statement fail, and nothing of it is
   written.
 
@@ -32,12 +32,11 @@ import psycopg
 import psycopg_pool
 
 from sagacity.errors import JournalError
-from sagacity.journal._entry import JournalEntry
+from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._group import AppendRequest
-from sagacity.journal._lease import lost
 from sagacity.journal._rows import row_of
 from sagacity.journal.postgres._database import is_transient
-from sagacity.journal.postgres._steps import ALL, Statement, Steps, run_steps
+from sagacity.journal.postgres._steps import NOTHING, Statement, Steps, run_steps
 
 if TYPE_CHECKING:
     from sagacity.journal.postgres._journal import PostgresJournal, _Append
@@ -48,36 +47,22 @@ __all__ = ["Batch", "append_batch", "bulk_insert_sql"]
 class _Sealed:
     """An append of the batch sealed on a known head, and its row."""
 
-    __slots__ = ("append", "entry", "index", "payload_bytes", "token")
+    __slots__ = ("append", "entry", "index", "payload_bytes")
 
     def __init__(
-        self,
-        index: int,
-        append: _Append,
-        entry: JournalEntry,
-        payload_bytes: bytes,
-        token: int | None,
+        self, index: int, append: _Append, entry: JournalEntry, payload_bytes: bytes
     ) -> None:
         self.index = index
         self.append = append
         self.entry = entry
         self.payload_bytes = payload_bytes
-        self.token = token
 
 
-def bulk_insert_sql(table: str, leases: str, columns: str) -> bytes:
-    """The statement that writes a batch: one array per column, plus the fence tokens."""
-    names = [name.strip() for name in columns.split(",")]
+def bulk_insert_sql(table: str, columns: str) -> bytes:
+    """The statement that writes a batch: one array per column."""
     types = ["text", "bigint", "text", "text", "text", "bigint", "text", "text", "text", "text"]
-    arrays = ", ".join(f"%b::{kind}[]" for kind in [*types, "bigint"])
-    values = ", ".join(f"v.{name}" for name in names)
-    return (
-        f"INSERT INTO {table} ({columns}) SELECT {values} "
-        f"FROM unnest({arrays}) AS v({columns}, token) "
-        f"WHERE v.token IS NULL OR EXISTS (SELECT 1 FROM {leases} l "
-        "WHERE l.saga_id = v.saga_id AND l.token = v.token FOR SHARE) "
-        "RETURNING saga_id, seq"
-    ).encode()
+    arrays = ", ".join(f"%b::{kind}[]" for kind in types)
+    return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays})".encode()
 
 
 def append_batch(
@@ -92,7 +77,8 @@ def append_batch(
             lease = db.checkout(time.monotonic() + db.settings.timeout)
             try:
                 sent = True
-                batch.written(run_steps(lease.cursor, batch.insert()))
+                run_steps(lease.cursor, batch.insert())
+                batch.written()
             finally:
                 db.checkin(lease)
         except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
@@ -128,25 +114,18 @@ class Batch:
         else:
             self.sealed, self._alone = _seal(journal, self._appends)
 
-    def insert(self) -> Steps[list[tuple[str, int]]]:
-        """Write the sealed rows in one statement; the (saga, seq) of those written."""
-        columns: list[list[object]] = [[] for _ in range(11)]
+    def insert(self) -> Steps[None]:
+        """Write the sealed rows in one statement, which writes all of them or none."""
+        columns: list[list[object]] = [[] for _ in range(10)]
         for item in self.sealed:
-            row = (*row_of(item.entry, item.payload_bytes), item.token)
-            for column, value in zip(columns, row, strict=True):
+            for column, value in zip(columns, row_of(item.entry, item.payload_bytes), strict=True):
                 column.append(value)
-        _, rows = yield Statement(self._journal._sql_insert_bulk, columns, ALL)
-        return [(str(saga_id), int(seq)) for saga_id, seq in rows]
+        yield Statement(self._journal._sql_insert_bulk, columns, NOTHING)
 
-    def written(self, keys: list[tuple[str, int]]) -> None:
-        """The statement committed: settle its appends (a row filtered out lost its lease)."""
-        done = set(keys)
+    def written(self) -> None:
+        """The statement committed: settle its appends."""
         for item in self.sealed:
-            if (item.entry.saga_id, item.entry.seq) in done:
-                self.results[item.index] = self._journal._done(item.entry, fast=True)
-            else:
-                assert item.append.fence is not None  # only a fence filters a row out
-                self.results[item.index] = lost(item.append.fence)
+            self.results[item.index] = self._journal._done(item.entry, fast=True)
 
     def failed(self, error: BaseException, *, sent: bool) -> None:
         """The statement failed: each of its appends is redone alone, with its retries.
@@ -187,26 +166,34 @@ def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Seale
     sealed: list[_Sealed] = []
     alone: list[int] = []
     heads: dict[str, tuple[int, str, int | None] | None] = {}
-    """Per saga: the head its next append follows and the batch's fence token, or None
-    once one of its appends goes alone (then all its later ones do too)."""
+    """Per saga: the head its next append follows and the token that held the saga
+    there, or None once one of its appends goes alone (then all its later ones do too)."""
     for index in sorted(range(len(appends)), key=lambda i: appends[i].saga_id):
         append = appends[index]
         saga_id = append.saga_id
-        token = None if append.fence is None else append.fence.token
         if saga_id in heads:
             known = heads[saga_id]
         else:
             with journal._guard:
                 head = journal._heads.get(saga_id)
-                known = None if head is None or head.quiet_needed else (head.seq, head.hash, token)
+                known = (
+                    None
+                    if head is None or head.quiet_needed
+                    else (head.seq, head.hash, head.fenced_by)
+                )
         expected = append.expected_seq
-        if known is None or known[2] != token or (expected is not None and expected != known[0]):
+        if (
+            known is None
+            or (append.fence is not None and append.fence.token != known[2])
+            or (expected is not None and expected != known[0])
+        ):
             heads[saga_id] = None
             alone.append(index)
             continue
         entry, payload_bytes = append.seal_after(known[0], known[1])
-        heads[saga_id] = (entry.seq, entry.hash, token)
-        sealed.append(_Sealed(index, append, entry, payload_bytes, token))
+        # ENDED frees the lease: no token holds after it.
+        heads[saga_id] = (entry.seq, entry.hash, None if entry.phase is Phase.ENDED else known[2])
+        sealed.append(_Sealed(index, append, entry, payload_bytes))
     return sealed, alone
 
 

@@ -22,6 +22,11 @@ the cached head's when that head is n; otherwise the saga's head is read first, 
 head other than n is a conflict before anything is sent. Nothing is locked and nothing
 is redone: a refused `INSERT` raises `AppendConflictError`.
 
+Fencing (docs/postgres.md, Leases): a fenced append takes the fast path unchecked when
+the journal knows its lease's token held the saga at the head it follows; a takeover
+since would have journaled TAKEN_OVER at that very seq, so the primary key refuses the
+row, and the locked path checks the token. Otherwise the `INSERT` checks the token.
+
 A lost connection is retried with the entry unchanged: on the fast path (and for a
 conditional append), a row at the entry's seq with the entry's hash is the entry,
 written by the try whose reply was lost; on the locked path, the function looks for an
@@ -106,13 +111,16 @@ class AppendStats:
 class _Head:
     """The last entry of a saga this journal knows of, and how contended the saga is."""
 
-    __slots__ = ("hash", "quiet_needed", "seq")
+    __slots__ = ("fenced_by", "hash", "quiet_needed", "seq")
 
     def __init__(self, seq: int, hash: str, quiet_needed: int = 0) -> None:
         self.seq = seq
         self.hash = hash
         self.quiet_needed = quiet_needed
         """Locked appends still needed, finding no other writer, before the fast path."""
+        self.fenced_by: int | None = None
+        """The lease token that held the saga at this head, as this journal knows it: an
+        append fenced by it takes the fast path unchecked (see `_attempt`)."""
 
 
 class _Append:
@@ -195,6 +203,10 @@ class _Append:
             self._pieces = (payload_bytes.decode(), before_prev, before_seq, after_seq)
         return self._pieces
 
+    def token(self) -> int | None:
+        """The fencing token of the append's lease, if it is fenced."""
+        return None if self.fence is None else self.fence.token
+
     def locked_args(
         self, lock_key: int, find_own: bool, fence_token: int | None
     ) -> tuple[object, ...]:
@@ -262,6 +274,16 @@ class _Append:
         )
 
 
+def _unchecked(append: _Append, head: _Head) -> bool:
+    """Whether `append` may be written after `head` with no look at the lease.
+
+    So when it is not fenced, or when its token held the saga at that head: a worker that
+    took the lease over since journaled TAKEN_OVER at the next seq, which the append's
+    `INSERT` then meets as a taken seq (and the locked path refuses it).
+    """
+    return append.fence is None or head.fenced_by == append.fence.token
+
+
 def new_append(request: AppendRequest) -> _Append:
     """The append in progress for a request."""
     return _Append(
@@ -310,7 +332,7 @@ class PostgresJournal:
             f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
             "FOR SHARE)"
         ).encode()
-        self._sql_insert_bulk = bulk_insert_sql(table, leases, _COLUMNS)  # see _batch.py
+        self._sql_insert_bulk = bulk_insert_sql(table, _COLUMNS)  # see _batch.py
         self._leases = LeaseStatements(self._db)
         function = self._db.tables.prefix + "sagacity_append_locked"
         self._sql_append_locked = (
@@ -488,7 +510,7 @@ class PostgresJournal:
         saga_id = append.saga_id
         if append.sent is not None and append.in_doubt:
             entry = append.sent[0]
-            written = yield from self._insert(append, refused_if_gone=False)
+            written = yield from self._insert(append, checked=True, refused_if_gone=False)
             if written or (yield from self._hash_at(entry)) == entry.hash:
                 return self._done(entry, fast=True)
             if written is None:
@@ -505,12 +527,13 @@ class PostgresJournal:
             if head is not None:
                 self._heads.move_to_end(saga_id)
                 seen, quiet = (head.seq, head.hash), head.quiet_needed == 0
+                checked = not _unchecked(append, head)
         # After a locked try whose reply was lost, only the locked path may tell whether
         # that try wrote the entry.
         if head is not None and quiet and not append.locked_sent:
             append.sent = append.seal_after(*seen)
-            if (yield from self._insert(append)):
-                return self._done(append.sent[0], fast=True)
+            if (yield from self._insert(append, checked=checked)):
+                return self._done(append.sent[0], fast=True, checked=append if checked else None)
             append.sent = None
             self._conflict(append)
         return (yield from self._append_locked(append, None if head is None else (head, seen)))
@@ -524,19 +547,20 @@ class PostgresJournal:
         """
         saga_id = append.saga_id
         prev_hash = None
+        checked = True
         with self._guard:  # seq and hash read together: another thread may move the head
             head = self._heads.get(saga_id)
             if head is not None:
                 self._heads.move_to_end(saga_id)
                 if head.seq == expected:
-                    prev_hash = head.hash
+                    prev_hash, checked = head.hash, not _unchecked(append, head)
         if prev_hash is None:
             found, prev_hash = yield from self._read_head(saga_id)
             if found != expected:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
-        if (yield from self._insert(append)):
-            return self._done(append.sent[0], fast=True)
+        if (yield from self._insert(append, checked=checked)):
+            return self._done(append.sent[0], fast=True, checked=append if checked else None)
         append.sent = None
         raise (yield from self._refused(saga_id, expected))
 
@@ -562,10 +586,9 @@ class PostgresJournal:
         the server works, from the head read to the commit.
         """
         find_own, append.locked_sent = append.locked_sent, True
-        fence_token = None if append.fence is None else append.fence.token
         _, row = yield Statement(
             self._sql_append_locked,
-            append.locked_args(self._lock_key(append.saga_id), find_own, fence_token),
+            append.locked_args(self._lock_key(append.saga_id), find_own, append.token()),
             ONE,
         )
         append.locked_sent = False
@@ -581,7 +604,7 @@ class PostgresJournal:
                     head.quiet_needed = _CONTENDED_STREAK
                 elif head.quiet_needed > 0:
                     head.quiet_needed -= 1
-        return self._done(entry, fast=False)
+        return self._done(entry, fast=False, checked=append)
 
     def _conflict(self, append: _Append) -> None:
         """Another writer took the seq: count it, and queue on the saga's lock a while."""
@@ -602,19 +625,22 @@ class PostgresJournal:
         """
         return LOCK_CLASS, self._lock_key(saga_id)
 
-    def _insert(self, append: _Append, *, refused_if_gone: bool = True) -> Steps[bool | None]:
+    def _insert(
+        self, append: _Append, *, checked: bool, refused_if_gone: bool = True
+    ) -> Steps[bool | None]:
         """Insert the entry last sealed, committing it; False when its seq was taken.
 
         A plain INSERT, not `ON CONFLICT DO NOTHING`: speculative insertion costs the
         server an extra index probe and WAL record on every append, to spare an error
-        only in the rare case of a conflict. A fenced append whose lease no longer holds
-        writes nothing: `LeaseLostError`, or None when `refused_if_gone` is false.
+        only in the rare case of a conflict. A fenced append `checked` is written only
+        while its lease holds: else nothing is, and `LeaseLostError` is raised (None is
+        returned when `refused_if_gone` is false).
         """
         assert append.sent is not None
         row = row_of(*append.sent)
         fence = append.fence
         try:
-            if fence is None:
+            if fence is None or not checked:
                 yield Statement(self._sql_insert, row, NOTHING)
                 return True
             count, _ = yield Statement(
@@ -633,13 +659,19 @@ class PostgresJournal:
     def acquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
-        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+        """Take the saga's lease if it is free at `now` (see `SideEffectJournal`).
+
+        A lease taken over (expired, never released, its saga not ended) is journaled as
+        TAKEN_OVER in the same transaction (`sagacity_take_lease`).
+        """
         leases = self._leases
-        return self._db.run(
-            lambda: leases.acquiring(saga_id),
-            lambda conn: run_steps(
-                conn.cursor(), leases.acquire(saga_id, owner, now=now, expires_at=expires_at)
-            ),
+        return self._took(
+            self._db.run(
+                lambda: leases.acquiring(saga_id),
+                lambda conn: run_steps(
+                    conn.cursor(), self._acquire(saga_id, owner, now, expires_at)
+                ),
+            )
         )
 
     async def aacquire_lease(
@@ -651,19 +683,59 @@ class PostgresJournal:
         def what() -> str:
             return leases.acquiring(saga_id)
 
-        return await self._loop_writer(what).run(
-            what, lambda: leases.acquire(saga_id, owner, now=now, expires_at=expires_at)
+        return self._took(
+            await self._loop_writer(what).run(
+                what, lambda: self._acquire(saga_id, owner, now, expires_at)
+            )
         )
+
+    def _acquire(
+        self, saga_id: str, owner: str, now: datetime.datetime, expires_at: datetime.datetime
+    ) -> Steps[tuple[SagaLease, int, str]]:
+        marker = _Append(saga_id, Phase.TAKEN_OVER, None, None, None, {"owner": owner}, None, None)
+        payload_text, before_prev, before_seq, after_seq = marker.pieces()
+        return self._leases.acquire(
+            saga_id,
+            owner,
+            now=now,
+            expires_at=expires_at,
+            lock_key=self._lock_key(saga_id),
+            marker=(payload_text, marker.recorded_at, before_prev, before_seq, after_seq),
+        )
+
+    def _took(self, taken: tuple[SagaLease, int, str]) -> SagaLease:
+        """Cache the head a lease was taken at: the lease's token held the saga there.
+
+        Not for a saga with no entries: a takeover of it journals nothing (there is no
+        seq a former holder could be about to reuse), so its first append is checked.
+        """
+        lease, seq, hash = taken
+        with self._guard:
+            head = self._heads.get(lease.saga_id)
+            if seq > 0 and (head is None or head.seq < seq or (head.seq, head.hash) == (seq, hash)):
+                self._move_head(lease.saga_id, seq, hash).fenced_by = lease.token
+            elif head is not None:
+                head.fenced_by = None  # a saga with no entries, or a head past the one read
+        return lease
 
     def renew_lease(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""
         if not self._set_expiry(lease, expires_at):
+            self._let_go(lease)
             raise lost(lease)
         return dataclasses.replace(lease, expires_at=expires_at)
 
     def release_lease(self, lease: SagaLease) -> None:
         """Free the saga, unless the lease was taken over."""
+        self._let_go(lease)
         self._set_expiry(lease, RELEASED)
+
+    def _let_go(self, lease: SagaLease) -> None:
+        """Appends under `lease` no longer take the fast path unchecked."""
+        with self._guard:
+            head = self._heads.get(lease.saga_id)
+            if head is not None and head.fenced_by == lease.token:
+                head.fenced_by = None
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
         leases = self._leases
@@ -677,25 +749,45 @@ class PostgresJournal:
         _, row = yield Statement(self._sql_hash_at, (entry.saga_id, entry.seq), ONE)
         return None if row is None else str(row[0])
 
-    def _done(self, entry: JournalEntry, *, fast: bool) -> JournalEntry:
-        """Count the append and move the saga's head to it."""
+    def _done(
+        self, entry: JournalEntry, *, fast: bool, checked: _Append | None = None
+    ) -> JournalEntry:
+        """Count the append and move the saga's head to it.
+
+        An append whose token the server `checked` (the locked path, or a checked
+        `INSERT`) leaves the head fenced by that token (or by none, if it had none). An
+        unchecked fast one follows the head it was sealed on, so the head keeps its
+        token. ENDED frees the lease: no token holds after it.
+        """
         with self._guard:
             if fast:
                 self._fast += 1
             else:
                 self._locked += 1
-            self._move_head(entry.saga_id, entry.seq, entry.hash)
+            head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
+            if head.seq == entry.seq:
+                if checked is not None:
+                    head.fenced_by = checked.token()
+                if entry.phase is Phase.ENDED:
+                    head.fenced_by = None
         return entry
 
-    def _move_head(self, saga_id: str, seq: int, hash: str) -> None:
-        """Record a head read or written (under the guard); a head only moves forward."""
+    def _move_head(self, saga_id: str, seq: int, hash: str, *, keep_fence: bool = False) -> _Head:
+        """Record a head read or written (under the guard); a head only moves forward.
+
+        A head moved past without `keep_fence` forgets its token: the entries in between
+        may hold a TAKEN_OVER this journal has not checked.
+        """
         head = self._heads.get(saga_id)
         if head is None:
-            self._heads[saga_id] = _Head(seq, hash)
+            head = self._heads[saga_id] = _Head(seq, hash)
             if len(self._heads) > _HEAD_CACHE_SIZE:
                 self._heads.popitem(last=False)
         elif seq > head.seq:
             head.seq, head.hash = seq, hash
+            if not keep_fence:
+                head.fenced_by = None
+        return head
 
     def _failure(self, append: _Append, error: BaseException) -> str:
         what = append.phase.value

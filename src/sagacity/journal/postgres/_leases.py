@@ -26,26 +26,14 @@ class LeaseStatements:
 
     def __init__(self, db: PostgresDatabase) -> None:
         self._where = db.settings.where
-        table, leases = db.tables.journal, db.tables.lease
-        # One statement, one round trip: the lease if it is free, else its holder (as the
-        # statement's snapshot has it: a holder the statement locked, unchanged).
+        leases = db.tables.lease
+        # One call, one round trip: the lease if it is free (journaling TAKEN_OVER when it
+        # was taken over), else its holder; and the saga's head after it.
         self._sql_acquire = (
-            "WITH granted AS ("
-            f"INSERT INTO {leases} AS l (saga_id, owner, token, expires_at, since_seq) "
-            "VALUES (%(saga)s, %(owner)s, 1, %(expires)s, "
-            f"(SELECT coalesce(max(seq), 0) FROM {table} WHERE saga_id = %(saga)s)) "
-            "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, "
-            "token = l.token + 1, expires_at = excluded.expires_at, "
-            "since_seq = excluded.since_seq WHERE l.expires_at <= %(now)s "
-            # A saga ended since the lease was taken is free: its holder has nothing left.
-            f"OR EXISTS (SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id "
-            "AND j.phase = 'ENDED' AND j.seq > l.since_seq) "
-            "RETURNING owner, token, expires_at) "
-            "SELECT owner, token, expires_at FROM granted UNION ALL "
-            f"SELECT owner, token, expires_at FROM {leases} "
-            "WHERE saga_id = %(saga)s AND NOT EXISTS (SELECT 1 FROM granted)"
-        )
-        self._sql_holder = f"SELECT owner, token, expires_at FROM {leases} WHERE saga_id = %s"
+            f"SELECT owner, token, expires_at, head_seq, head_hash FROM "
+            f"{db.tables.prefix}sagacity_take_lease(%s::integer, %s, %s, %s, %s, %s, %s, "
+            "%s, %s, %s)"
+        ).encode()
         self._sql_set_expiry = (
             f"UPDATE {leases} SET expires_at = %s WHERE saga_id = %s AND token = %s::bigint"
         )
@@ -59,20 +47,34 @@ class LeaseStatements:
         return f"saga {lease.saga_id!r}: cannot update its lease in {self._where}"
 
     def acquire(
-        self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
-    ) -> Steps[SagaLease]:
+        self,
+        saga_id: str,
+        owner: str,
+        *,
+        now: datetime.datetime,
+        expires_at: datetime.datetime,
+        lock_key: int,
+        marker: tuple[str, str, bytes, bytes, bytes],
+    ) -> Steps[tuple[SagaLease, int, str]]:
         """Take the lease if it is free at `now`; `SagaBusyError` names its holder if not.
 
-        A row that is this acquisition's own (owner and expiry) is granted, even when a
-        try that took it lost its reply and this one found it held.
+        Returns the lease and the saga's head (seq, hash) once it is taken. `marker` is
+        the TAKEN_OVER entry's payload text, time and hashed pieces (see
+        `_Append.pieces`), written only when the lease is taken over. A row that is this
+        acquisition's own (owner and expiry) is granted, even when a try that took it
+        lost its reply and this one found it held.
         """
-        args = {"saga": saga_id, "owner": owner, "expires": expires_at, "now": now}
-        _, row = yield Statement(self._sql_acquire, args, ONE)
-        if row is None:
-            # Two first acquisitions raced: this one waited for the other's row, which its
-            # statement's snapshot predates; a statement of its own sees it.
-            _, row = yield Statement(self._sql_holder, (saga_id,), ONE)
-        return self._granted(row, saga_id, owner, expires_at)
+        payload, recorded_at, before_prev, before_seq, after_seq = marker
+        args = (lock_key, saga_id, owner, expires_at, now, payload, recorded_at)
+        _, row = yield Statement(
+            self._sql_acquire, (*args, before_prev, before_seq, after_seq), ONE
+        )
+        if row is None or row[0] is None:  # the function answers one row: schema altered
+            raise JournalError(
+                f"{self.acquiring(saga_id)}: sagacity_take_lease found no lease row; "
+                "sagacity_lease was changed outside sagacity"
+            )
+        return self._granted(row, saga_id, owner, expires_at), int(row[3]), str(row[4])
 
     def set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> Steps[bool]:
         """Move the lease's expiry; False if another worker took the saga over."""
@@ -82,13 +84,8 @@ class LeaseStatements:
         return bool(count == 1)
 
     def _granted(
-        self, row: tuple[Any, ...] | None, saga_id: str, owner: str, expires_at: datetime.datetime
+        self, row: tuple[Any, ...], saga_id: str, owner: str, expires_at: datetime.datetime
     ) -> SagaLease:
-        if row is None:  # a lease row is never deleted, unless outside sagacity
-            raise JournalError(
-                f"{self.acquiring(saga_id)}: its lease row vanished while it was taken; "
-                "sagacity_lease was changed outside sagacity"
-            )
         held = SagaLease(
             saga_id=saga_id,
             owner=str(row[0]),

@@ -11,9 +11,10 @@ from sagacity.errors import JournalError, SchemaVersionError
 
 __all__ = ["LEASE_LOST", "LOCK_CLASS", "SCHEMA_VERSION", "advisory_key", "ensure_schema"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes and reads. 1: journal and approval requests;
-2: saga leases, and appends fenced by them (a version 1 schema is upgraded in place)."""
+2: saga leases, and appends fenced by them; 3: a takeover journals TAKEN_OVER with the
+lease it takes (an older schema is upgraded in place)."""
 
 LEASE_LOST = "SG001"
 """The SQLSTATE the locked path raises for an append whose lease was taken over."""
@@ -176,6 +177,93 @@ _SCHEMA_V2 = [
 """What version 2 adds to version 1: the lease table, and the fenced locked path."""
 
 
+_SCHEMA_V3 = [
+    """
+    CREATE OR REPLACE FUNCTION {s}sagacity_take_lease(
+        p_lock_key integer, p_saga_id text, p_owner text, p_expires timestamptz,
+        p_now timestamptz, p_payload text, p_recorded_at text,
+        p_before_prev bytea, p_before_seq bytea, p_after_seq bytea,
+        OUT owner text, OUT token bigint, OUT expires_at timestamptz,
+        OUT head_seq bigint, OUT head_hash text)
+    LANGUAGE plpgsql AS $$
+    DECLARE
+        held record;
+        had_lease boolean;
+        live boolean;
+        marker_hash text;
+        taken integer := 0;
+    BEGIN
+        -- The saga's lock, as the locked path takes it: the heads read below are real,
+        -- and a fenced append on the locked path waits, then finds the new token.
+        PERFORM pg_advisory_xact_lock({lock_class}, p_lock_key);
+        SELECT l.owner, l.token, l.expires_at, l.since_seq INTO held
+        FROM {s}sagacity_lease l WHERE l.saga_id = p_saga_id FOR UPDATE;
+        had_lease := FOUND;
+        SELECT j.seq, j.hash INTO head_seq, head_hash
+        FROM {s}sagacity_journal j WHERE j.saga_id = p_saga_id ORDER BY j.seq DESC LIMIT 1;
+        head_seq := coalesce(head_seq, 0);
+        head_hash := coalesce(head_hash, repeat('0', 64));
+        IF NOT had_lease THEN
+            INSERT INTO {s}sagacity_lease AS l (saga_id, owner, token, expires_at, since_seq)
+            VALUES (p_saga_id, p_owner, 1, p_expires, head_seq)
+            ON CONFLICT (saga_id) DO NOTHING;
+            IF NOT FOUND THEN  -- taken meanwhile by a worker that did not take the lock
+                SELECT l.owner, l.token, l.expires_at INTO owner, token, expires_at
+                FROM {s}sagacity_lease l WHERE l.saga_id = p_saga_id;
+                RETURN;
+            END IF;
+            owner := p_owner; token := 1; expires_at := p_expires;
+            RETURN;
+        END IF;
+        -- A saga ended since the lease was taken is free: its holder has nothing left.
+        live := NOT EXISTS (
+            SELECT 1 FROM {s}sagacity_journal j
+            WHERE j.saga_id = p_saga_id AND j.phase = 'ENDED' AND j.seq > held.since_seq);
+        IF live AND held.expires_at > p_now THEN
+            owner := held.owner; token := held.token; expires_at := held.expires_at;
+            RETURN;  -- busy (or this acquisition's own, when a try lost its reply)
+        END IF;
+        -- An expired lease that was never released: its holder may still be running, and
+        -- append after the head it knows. TAKEN_OVER takes that seq first.
+        live := live AND held.expires_at > 'epoch'::timestamptz AND head_seq > 0;
+        WHILE live LOOP
+            marker_hash := encode(sha256(p_before_prev || convert_to(head_hash, 'UTF8')
+                || p_before_seq || convert_to((head_seq + 1)::text, 'UTF8') || p_after_seq),
+                'hex');
+            INSERT INTO {s}sagacity_journal
+                (saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at,
+                 prev_hash, hash)
+            VALUES (p_saga_id, head_seq + 1, 'TAKEN_OVER', NULL, NULL, NULL, p_payload,
+                    p_recorded_at, head_hash, marker_hash)
+            ON CONFLICT ON CONSTRAINT sagacity_journal_pkey DO NOTHING;
+            IF FOUND THEN
+                head_seq := head_seq + 1;
+                head_hash := marker_hash;
+                EXIT;
+            END IF;
+            -- The former holder's fast path took the seq first: its entry is before.
+            taken := taken + 1;
+            IF taken >= 1000 THEN
+                RAISE EXCEPTION 'saga %: % appends took the seq first', p_saga_id, taken;
+            END IF;
+            SELECT j.seq, j.hash INTO head_seq, head_hash
+            FROM {s}sagacity_journal j WHERE j.saga_id = p_saga_id ORDER BY j.seq DESC LIMIT 1;
+            live := NOT EXISTS (
+                SELECT 1 FROM {s}sagacity_journal j
+                WHERE j.saga_id = p_saga_id AND j.phase = 'ENDED' AND j.seq > held.since_seq);
+        END LOOP;
+        UPDATE {s}sagacity_lease l SET owner = p_owner, token = held.token + 1,
+            expires_at = p_expires, since_seq = head_seq
+        WHERE l.saga_id = p_saga_id;
+        owner := p_owner; token := held.token + 1; expires_at := p_expires;
+    END
+    $$
+    """,
+]
+"""What version 3 adds: a takeover journals TAKEN_OVER in the transaction that takes the
+lease, so that appends of the former holder's fast path meet the primary key."""
+
+
 def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) -> None:
     """Create the tables on first use, or check that their version is one this code reads.
 
@@ -203,7 +291,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
             conn.execute(f"CREATE SCHEMA {prefix[:-1]}", prepare=False)
         meta = prefix + "sagacity_meta"
         if _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None:
-            _run(conn, [*_SCHEMA_V1, *_SCHEMA_V2], prefix)
+            _run(conn, [*_SCHEMA_V1, *_SCHEMA_V2, *_SCHEMA_V3], prefix)
             conn.execute(
                 f"INSERT INTO {meta} (key, value) VALUES ('schema_version', %s)",
                 (str(SCHEMA_VERSION),),
@@ -216,8 +304,9 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
                 f"{where} has sagacity schema version {found}, but this sagacity knows only "
                 f"up to {SCHEMA_VERSION}; upgrade sagacity to open it"
             )
-        if int(str(found)) == 1:
-            _run(conn, _SCHEMA_V2, prefix)
+        upgrades = {1: [*_SCHEMA_V2, *_SCHEMA_V3], 2: _SCHEMA_V3}.get(int(str(found)))
+        if upgrades:
+            _run(conn, upgrades, prefix)
             conn.execute(
                 f"UPDATE {meta} SET value = %s WHERE key = 'schema_version'",
                 (str(SCHEMA_VERSION),),
