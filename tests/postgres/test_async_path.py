@@ -22,7 +22,9 @@ from sagacity import (
     compensable,
     verify,
 )
+from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal.postgres import PostgresJournal
+from tests._postgres import admin_connection
 from tests.postgres.test_faults import Admin, blocked_backend, in_thread
 
 pytestmark = pytest.mark.postgres
@@ -161,6 +163,70 @@ class TestConnectionsEnd:
         assert [e.payload for e in journal.entries("order-1")] == [1, 2]
         journal.close()
         wait_gone(admin, first)
+
+
+class TestCancelledWhileAppendingAlone:
+    """A lone append is committed by the caller's own task.
+
+    Cancelled in flight, psycopg cancels its statement in the server, and the append goes
+    on in doubt until its fate is known.
+    """
+
+    @pytest.mark.parametrize("cancels", [1, 2])
+    async def test_the_entry_lands_once_and_the_caller_learns_it(
+        self, journal: PostgresJournal, admin: Admin, cancels: int
+    ) -> None:
+        first = await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        admin.execute("BEGIN")  # every INSERT into the journal waits for this lock
+        admin.execute(f"LOCK TABLE {journal.database.tables.journal} IN SHARE MODE")
+        try:
+            appending = asyncio.create_task(
+                journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+            )
+            for _ in range(cancels):  # the second while the first's redo waits again
+                await asyncio.to_thread(blocked_backend, admin)
+                appending.cancel()
+                await asyncio.sleep(0.2)
+            admin.execute("ROLLBACK")
+            with pytest.raises(CommittedThenCancelled) as cut:
+                await appending
+        finally:
+            if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                admin.execute("ROLLBACK")
+        assert journal.entries("order-1") == [first, cut.value.entry]
+        assert cut.value.entry.seq == 2
+        assert (await journal.aappend("order-1", Phase.ENDED)).seq == 3  # the loop goes on
+        assert verify(journal).ok
+
+    async def test_a_refused_redo_ends_the_task_cancelled(
+        self, journal: PostgresJournal, admin: Admin
+    ) -> None:
+        """Its lease gone while its cancelled append waits to be redone: nothing is written.
+
+        The redo checks the token, and the task ends plainly cancelled.
+        """
+        now = datetime.datetime.now(datetime.UTC)
+        lease = journal.acquire_lease("order-1", "w1", now=now, expires_at=now)
+        await journal.aappend("order-1", Phase.INTENT, fence=lease)
+        admin.execute("BEGIN")
+        admin.execute(f"LOCK TABLE {journal.database.tables.journal} IN SHARE MODE")
+        try:
+            appending = asyncio.create_task(
+                journal.aappend("order-1", Phase.EXECUTED, ref_seq=1, fence=lease)
+            )
+            await asyncio.to_thread(blocked_backend, admin)
+            appending.cancel()
+            await asyncio.sleep(0.2)
+            with admin_connection() as other:  # the lease moves on while the redo waits
+                other.execute(f"UPDATE {journal.database.tables.lease} SET token = token + 1")
+            admin.execute("ROLLBACK")
+        finally:
+            if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                admin.execute("ROLLBACK")
+        with pytest.raises(asyncio.CancelledError) as cut:
+            await appending
+        assert not isinstance(cut.value, CommittedThenCancelled)
+        assert [e.phase for e in journal.entries("order-1")] == [Phase.INTENT]
 
 
 class TestCancelledWhileTakingTheLease:

@@ -31,7 +31,13 @@ import psycopg_pool
 
 from sagacity.errors import JournalError
 from sagacity.journal._entry import JournalEntry
-from sagacity.journal._group import AppendRequest, Slots, committed
+from sagacity.journal._group import (
+    AppendRequest,
+    AppendWithdrawn,
+    CommittedThenCancelled,
+    Slots,
+    committed,
+)
 from sagacity.journal.postgres._batch import Batch
 from sagacity.journal.postgres._database import server_spoke
 from sagacity.journal.postgres._steps import Steps, arun_steps
@@ -117,7 +123,10 @@ class LoopWriter:
     """
 
     def __init__(self, journal: PostgresJournal) -> None:
+        from sagacity.journal.postgres._journal import new_append  # imports this module
+
         self._journal = journal
+        self._new_append = new_append
         self._slots = Slots(journal._db.settings.pool_max_size, FRESH_COMMITS)
         self._kick: asyncio.TimerHandle | None = None
         """Starts the queue when a commit in flight goes stale, if none ends first."""
@@ -127,14 +136,54 @@ class LoopWriter:
         """Connections out at once: commits, reads and leases together, as in the pool."""
 
     async def append(self, request: AppendRequest) -> JournalEntry:
-        """Commit `request`; return its entry once durable (see `committed` for cancel)."""
-        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        """Commit `request`; return its entry once durable.
+
+        Alone (nothing queued, a commit slot free), the caller's own task commits it
+        (`_alone`); else it queues for the next batch (see `committed` for cancellation).
+        """
         if not self._queue and self._slots.free(time.monotonic()):
-            self._start([pending])
-        else:
-            self._queue.append(pending)
-            self._start_queue()
+            return await self._alone(request)
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        self._start_queue()
         return await committed(pending.future, lambda: self._withdraw(pending))
+
+    async def _alone(self, request: AppendRequest) -> JournalEntry:
+        """Commit one append in the caller's task: no task or future in between.
+
+        Cancelled with its statement in flight, psycopg cancels the statement in the
+        server and waits for it to end, so the entry may or may not be written: the
+        append goes on in doubt, through any further cancel, until it is known. The
+        caller then gets what `committed` gives a queued append: `CommittedThenCancelled`
+        with the entry, `AppendWithdrawn` when nothing was sent, else a `CancelledError`.
+        """
+        journal = self._journal
+        append = self._new(request)
+        token = self._slots.start(time.monotonic())
+        journal._group.count(1)
+        cancelled = False
+        try:
+            while True:
+                try:
+                    entry = await self._append(append)
+                    break
+                except asyncio.CancelledError:
+                    if append.sent is None and not append.locked_sent:
+                        raise AppendWithdrawn() from None  # nothing was sent
+                    cancelled = True
+                    append.in_doubt = append.sent is not None
+                    with journal._guard:
+                        journal._heads.pop(append.saga_id, None)
+                except BaseException:
+                    if cancelled:
+                        raise asyncio.CancelledError() from None  # not written, or unknown
+                    raise
+        finally:
+            self._slots.end(token)
+            self._start_queue()
+        if cancelled:
+            raise CommittedThenCancelled(entry)
+        return entry
 
     @property
     def _in_flight(self) -> int:
@@ -178,7 +227,7 @@ class LoopWriter:
         try:
             if len(batch) == 1:
                 try:
-                    results = [await self._one(batch[0].request)]
+                    results = [await self._append(self._new(batch[0].request))]
                 except Exception as error:
                     results = [error]
             else:
@@ -241,15 +290,14 @@ class LoopWriter:
                     raise JournalError(f"{describe()}: {db.describe_error(error)}") from error
             await asyncio.sleep(pause)
 
-    async def _one(self, request: AppendRequest) -> JournalEntry:
-        from sagacity.journal.postgres._journal import new_append
-
+    def _new(self, request: AppendRequest) -> _Append:
+        """The append in progress for `request`; `JournalError` once the journal is closed."""
         if self._journal._closed:
             raise JournalError(
                 f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
                 "is closed; open a new one"
             )
-        return await self._append(new_append(request))
+        return self._new_append(request)
 
     async def _append(self, append: _Append) -> JournalEntry:
         """`PostgresJournal._append` on this loop's connections."""
