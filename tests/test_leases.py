@@ -412,8 +412,14 @@ class TestWorkerProcesses:
         sagacity = Sagacity.from_url(shared_store_url)
         try:
             assert lines(ledger) == ["reserve SKU-1", "release res-SKU-1"]
-            assert [e.tool_name for e in sagacity.history("p") if e.phase is Phase.INTENT] == [
-                "reserve"
+            history = sagacity.history("p")
+            assert [e.tool_name for e in history if e.phase is Phase.INTENT] == ["reserve"]
+            # The takeover journaled TAKEN_OVER at the seq the stopped worker's next append
+            # (its warm fast path, on PostgreSQL) would have taken.
+            assert [e.phase for e in history[:3]] == [
+                Phase.INTENT,
+                Phase.EXECUTED,
+                Phase.TAKEN_OVER,
             ]
         finally:
             sagacity.close()

@@ -7,7 +7,8 @@ sync path's own (`_steps`), and so are the retries after a lost connection.
 
 Each event loop has its own `LoopWriter`, its group commit: appends that find
 `FRESH_COMMITS` commits in flight queue (see `Slots`), and when one ends the whole queue
-goes as one batch (`_batch`): one statement and one commit for all. At most
+goes as one batch (`_batch`): one statement and one commit for all; an append that finds
+a slot free and nothing queued is committed by its caller's own task. At most
 `pool_max_size` connections are out per loop at once.
 
 The connections themselves are the journal's (`IdleConnections`): an idle one, reused
