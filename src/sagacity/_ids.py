@@ -6,10 +6,15 @@ import re
 
 from sagacity.errors import InvalidIdError
 
-__all__ = ["MAX_ID_LENGTH", "require_id", "require_name"]
+__all__ = ["MAX_ID_LENGTH", "WORKFLOW_START_CALL", "require_id", "require_name"]
 
 MAX_ID_LENGTH = 512
 """Longer than any framework's tool-call id; short enough to show in a listing."""
+
+WORKFLOW_START_CALL = "workflow"
+"""The call id of a workflow run's start (the call of the workflow's own tool): the
+journal's mark of a run, read by the core to tell a workflow's gate from a tool's
+request."""
 
 # C0 and C1 controls, DEL, the line and paragraph separators, and lone surrogates: none
 # survives a terminal, a log line or a UTF-8 column unchanged.

@@ -158,6 +158,27 @@ class TestDeciding:
         assert response.json()["error"] == "ApprovalHashMismatchError"
         assert served[1].get(RUN).gate.state == "waiting"  # type: ignore[union-attr]
 
+    def test_a_gate_cannot_be_edited_through_the_approvals_routes(
+        self, client: TestClient, served: tuple[Sagacity, WorkflowRuntime, Ledger]
+    ) -> None:
+        """The generic edit route refuses a gate (422), journaling nothing."""
+        paused(served)
+        gate = served[1].get(RUN).gate
+        assert gate is not None
+        before = served[0].history(RUN)
+        response = client.post(
+            f"/sagacity/approvals/{gate.request_id}/edit",
+            json={
+                "sha256": gate.input_sha256,
+                "input": {"reservation": {**gate.value, "amount": "1.00"}},
+            },
+            headers=ALICE,
+        )
+        assert response.status_code == 422, response.text
+        assert response.json()["error"] == "ApprovalInputError"
+        assert "gate of workflow 'refund-request'" in response.json()["message"]
+        assert served[0].history(RUN) == before
+
     def test_approve_needs_the_hash_and_the_role(
         self, client: TestClient, served: tuple[Sagacity, WorkflowRuntime, Ledger]
     ) -> None:

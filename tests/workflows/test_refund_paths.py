@@ -16,6 +16,7 @@ from sagacity import Phase, Sagacity, verify
 from sagacity.errors import (
     ApprovalExpiredError,
     ApprovalHashMismatchError,
+    ApprovalInputError,
     ApprovalNotFoundError,
 )
 from sagacity.testing import FakeClock
@@ -72,6 +73,29 @@ class TestCompleted:
         assert gate.input == {"reservation": gate.value}
         assert gate.state == "waiting"
         assert runtime.pending_gates() == [gate]
+
+    def test_a_gate_cannot_be_edited(
+        self, runtime: WorkflowRuntime, sagacity: Sagacity, ledger: Ledger
+    ) -> None:
+        """Its input is the stage's own: an edit is refused, and the gate still waits.
+
+        Were it journaled, the run would call the stage with the input it computed and
+        be refused as changed; approved, the gate still runs the rest.
+        """
+        gate = paused(runtime).gate
+        assert gate is not None
+        before = sagacity.history("refund-1")
+        with pytest.raises(ApprovalInputError, match="gate of workflow 'refund-request'"):
+            sagacity.edit(
+                "refund-1",
+                approver="bob",
+                request_id=gate.request_id,
+                new_input={"reservation": {**gate.value, "amount": "1.00"}},
+            )
+        assert sagacity.history("refund-1") == before
+        runtime.approve_gate("refund-1", "wire", "alice", sha256=gate.input_sha256)
+        assert runtime.resume("refund-1").status is WorkflowStatus.COMPLETED
+        assert ledger.lines()[1] == "wire 120.00 to DE89370400440532013000"
 
     def test_approved_gate_runs_the_rest(
         self, runtime: WorkflowRuntime, sagacity: Sagacity, ledger: Ledger

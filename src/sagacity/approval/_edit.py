@@ -13,10 +13,11 @@ from __future__ import annotations
 import uuid
 
 from sagacity._history import SagaHistory
+from sagacity._ids import WORKFLOW_START_CALL
 from sagacity.approval._check import check_current, check_unused
 from sagacity.approval._lifecycle import ApprovalLifecycle, refuse_ended
 from sagacity.approval._request import ApprovalRequest
-from sagacity.errors import AppendConflictError, JournalError
+from sagacity.errors import AppendConflictError, ApprovalInputError, JournalError
 from sagacity.journal import JsonValue, Phase
 
 __all__ = ["edit_request"]
@@ -43,10 +44,12 @@ def edit_request(
         ApprovalRejectedError: It was rejected (or edited) already.
         ApprovalAlreadyUsedError: Its call started.
         SagaStateError: The saga ended.
+        ApprovalInputError: The request is a workflow's gate: its input is the stage's.
     """
     for _ in range(_EDIT_RETRIES):
         history = lifecycle.history(saga_id)
         old = lifecycle.pending_in(history, request_id)
+        refuse_gate(history, old)
         refuse_ended(history)
         check_unused(old, history)
         check_current(old, history)
@@ -72,6 +75,26 @@ def edit_request(
         f"saga {saga_id!r}: the edit of request {request_id} lost {_EDIT_RETRIES} races with "
         "other writers of the saga and was not recorded; edit again"
     )
+
+
+def refuse_gate(history: SagaHistory, request: ApprovalRequest) -> None:
+    """Refuse to edit a workflow's gate, whose input the run computes for its stage.
+
+    The run would never call the stage with another input: its call would be refused as
+    changed. A gate's request is for the tool `<workflow>.<stage>` under the stage's name as call
+    id, in a run whose start call is that workflow's: the journal says so whether or not
+    the workflow is defined in this process.
+    """
+    start = history.latest_call.get(WORKFLOW_START_CALL)
+    if start is None or start.intent.seq != 1 or start.intent.tool_name is None:
+        return
+    workflow = start.intent.tool_name
+    if request.tool_name == f"{workflow}.{request.call_id}":
+        raise ApprovalInputError(
+            f"saga {history.saga_id!r}: request {request.request_id} is the gate of workflow "
+            f"{workflow!r} before stage {request.call_id!r}; a gate's input is the stage's "
+            "own, computed by the run, so it cannot be edited: approve or reject it"
+        )
 
 
 def _close(

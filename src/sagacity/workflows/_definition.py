@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from sagacity._ids import WORKFLOW_START_CALL
 from sagacity._wrap import collect_tools
 from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
 from sagacity.errors import ConfigurationError
@@ -36,7 +37,7 @@ from sagacity.workflows._declare import (
 
 __all__ = ["START_CALL", "StageDefinition", "WorkflowDefinition", "define", "nothing_to_undo"]
 
-START_CALL = "workflow"
+START_CALL = WORKFLOW_START_CALL
 """The call id of a run's start: the call of the workflow's own tool, with the input."""
 
 _OWNERS: weakref.WeakKeyDictionary[Sagacity, dict[str, type]] = weakref.WeakKeyDictionary()
