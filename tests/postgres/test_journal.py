@@ -106,6 +106,30 @@ class TestSchema:
         ).fetchone()
         assert version == ("3",)
 
+    def test_a_version_2_schema_opened_read_only_refuses_a_lease_clearly(
+        self, pg_url: str, admin: Admin
+    ) -> None:
+        """Opened as the CLI opens it (nothing created or changed), an older schema reads.
+
+        A command that takes a lease says why it cannot.
+        """
+        schema = schema_of(pg_url)
+        first = PostgresJournal(pg_url)
+        first.append("s", Phase.INTENT)
+        first.close()
+        admin.execute(f'DROP FUNCTION "{schema}".sagacity_take_lease')
+        admin.execute(
+            f"UPDATE \"{schema}\".sagacity_meta SET value = '2' WHERE key = 'schema_version'"
+        )
+        journal, approvals = open_postgres_stores(pg_url, create=False)
+        try:
+            assert [e.phase for e in journal.entries("s")] == [Phase.INTENT]
+            with pytest.raises(JournalError, match="schema predates this sagacity"):
+                journal.acquire_lease("s", "cli", now=T, expires_at=T)
+        finally:
+            journal.close()
+            approvals.close()
+
     def test_the_current_schema_reopens(self, pg_url: str) -> None:
         """Reopening keeps the journal, and the reopened journal appends after it."""
         first = PostgresJournal(pg_url)

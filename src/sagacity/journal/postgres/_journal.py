@@ -131,6 +131,7 @@ class _Append:
         "call_id",
         "expected_seq",
         "fence",
+        "held",
         "in_doubt",
         "locked_sent",
         "payload",
@@ -168,6 +169,9 @@ class _Append:
         it is sent again unchanged: a row at its seq with its hash is that entry."""
         self.in_doubt = False
         """A connection was lost while `sent` was on its way."""
+        self.held = False
+        """The server, checking the token, found the lease held: not released, and its
+        saga not ended since it was taken (see `_done`)."""
         self.locked_sent = False
         """The locked path's statement was sent and its reply not received: the next
         try looks for the entry before it writes."""
@@ -324,13 +328,17 @@ class PostgresJournal:
             "(%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s)"
         ).encode()
         leases = self._db.tables.lease
-        # Written only while the lease holds; FOR SHARE keeps a takeover waiting until the
-        # entry commits, so that the new holder reads it.
+        # Written only while the token is the saga's; FOR SHARE keeps a takeover waiting
+        # until the entry commits, so that the new holder reads it. It answers whether the
+        # lease is held still, not released nor freed by an ENDED since it was taken.
         self._sql_insert_fenced = (
-            f"INSERT INTO {table} ({_COLUMNS}) SELECT "
+            f"INSERT INTO {table} AS new ({_COLUMNS}) SELECT "
             "%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s "
             f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
-            "FOR SHARE)"
+            "FOR SHARE) "
+            "RETURNING (SELECT l.expires_at > 'epoch'::timestamptz AND NOT EXISTS ("
+            f"SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id AND j.phase = 'ENDED' "
+            f"AND j.seq > l.since_seq) FROM {leases} l WHERE l.saga_id = new.saga_id)"
         ).encode()
         self._sql_insert_bulk = bulk_insert_sql(table, _COLUMNS)  # see _batch.py
         self._leases = LeaseStatements(self._db)
@@ -353,6 +361,10 @@ class PostgresJournal:
         # One guard for the small shared state below; never held across a statement.
         self._guard = threading.Lock()
         self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
+        self._on_their_way: collections.Counter[str] = collections.Counter()
+        """Per saga, fenced appends on their way with no look at the lease (`_attempt`):
+        a release waits for them, since nothing would fence them after it."""
+        self._settled = threading.Condition(self._guard)
         self._fast = self._locked = self._conflicts = self._reconnects = 0
         # As many commits in flight as the pool allows, one connection left for reads and
         # leases: the server merges their WAL flushes; appends that find them all busy
@@ -522,17 +534,19 @@ class PostgresJournal:
             self._conflict(append)
         if append.expected_seq is not None:
             return (yield from self._append_expected(append, append.expected_seq))
+        fast = checked = False
         with self._guard:  # seq and hash read together: another thread may move the head
             head = self._heads.get(saga_id)
             if head is not None:
                 self._heads.move_to_end(saga_id)
-                seen, quiet = (head.seq, head.hash), head.quiet_needed == 0
-                checked = not _unchecked(append, head)
-        # After a locked try whose reply was lost, only the locked path may tell whether
-        # that try wrote the entry.
-        if head is not None and quiet and not append.locked_sent:
+                seen = (head.seq, head.hash)
+                # After a locked try whose reply was lost, only the locked path may tell
+                # whether that try wrote the entry.
+                fast = head.quiet_needed == 0 and not append.locked_sent
+                checked = fast and self._checks(append, head)
+        if fast:
             append.sent = append.seal_after(*seen)
-            if (yield from self._insert(append, checked=checked)):
+            if (yield from self._fast_insert(append, checked=checked)):
                 return self._done(append.sent[0], fast=True, checked=append if checked else None)
             append.sent = None
             self._conflict(append)
@@ -553,13 +567,13 @@ class PostgresJournal:
             if head is not None:
                 self._heads.move_to_end(saga_id)
                 if head.seq == expected:
-                    prev_hash, checked = head.hash, not _unchecked(append, head)
+                    prev_hash, checked = head.hash, self._checks(append, head)
         if prev_hash is None:
             found, prev_hash = yield from self._read_head(saga_id)
             if found != expected:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
-        if (yield from self._insert(append, checked=checked)):
+        if (yield from self._fast_insert(append, checked=checked)):
             return self._done(append.sent[0], fast=True, checked=append if checked else None)
         append.sent = None
         raise (yield from self._refused(saga_id, expected))
@@ -604,7 +618,7 @@ class PostgresJournal:
                     head.quiet_needed = _CONTENDED_STREAK
                 elif head.quiet_needed > 0:
                     head.quiet_needed -= 1
-        return self._done(entry, fast=False, checked=append)
+        return self._done(entry, fast=False)
 
     def _conflict(self, append: _Append) -> None:
         """Another writer took the seq: count it, and queue on the saga's lock a while."""
@@ -625,6 +639,34 @@ class PostgresJournal:
         """
         return LOCK_CLASS, self._lock_key(saga_id)
 
+    def _checks(self, append: _Append, head: _Head) -> bool:
+        """Under the guard: whether `append`'s `INSERT` after `head` checks its token.
+
+        One that does not is counted on its way (`_on_their_way`) until `_fast_insert`
+        ends.
+        """
+        if _unchecked(append, head):
+            if append.fence is not None:
+                self._on_their_way[append.saga_id] += 1
+            return False
+        return True
+
+    def _fast_insert(self, append: _Append, *, checked: bool) -> Steps[bool | None]:
+        """`_insert`, then no longer counted on its way if it was unchecked."""
+        try:
+            return (yield from self._insert(append, checked=checked))
+        finally:
+            if not checked and append.fence is not None:
+                self._settle(append.saga_id)
+
+    def _settle(self, saga_id: str, appends: int = 1) -> None:
+        """Unchecked appends of `saga_id` ended, written or not (see `_on_their_way`)."""
+        with self._guard:
+            self._on_their_way[saga_id] -= appends
+            if self._on_their_way[saga_id] <= 0:
+                del self._on_their_way[saga_id]
+                self._settled.notify_all()
+
     def _insert(
         self, append: _Append, *, checked: bool, refused_if_gone: bool = True
     ) -> Steps[bool | None]:
@@ -643,12 +685,13 @@ class PostgresJournal:
             if fence is None or not checked:
                 yield Statement(self._sql_insert, row, NOTHING)
                 return True
-            count, _ = yield Statement(
-                self._sql_insert_fenced, (*row, append.saga_id, fence.token), NOTHING
+            _, held = yield Statement(
+                self._sql_insert_fenced, (*row, append.saga_id, fence.token), ONE
             )
         except psycopg.errors.UniqueViolation:
             return False
-        if count == 1:
+        if held is not None:
+            append.held = held[0] is True
             return True
         if refused_if_gone:
             raise lost(fence)
@@ -726,16 +769,27 @@ class PostgresJournal:
         return dataclasses.replace(lease, expires_at=expires_at)
 
     def release_lease(self, lease: SagaLease) -> None:
-        """Free the saga, unless the lease was taken over."""
-        self._let_go(lease)
+        """Free the saga, unless the lease was taken over.
+
+        Its appends no longer go unchecked, and those on their way unchecked end first: a
+        worker that takes the saga next journals no TAKEN_OVER that would fence them.
+        """
+        self._let_go(lease, settled=True)
         self._set_expiry(lease, RELEASED)
 
-    def _let_go(self, lease: SagaLease) -> None:
-        """Appends under `lease` no longer take the fast path unchecked."""
+    def _let_go(self, lease: SagaLease, *, settled: bool = False) -> None:
+        """Appends under `lease` no longer take the fast path unchecked.
+
+        With `settled`, wait (up to the timeout) for those on their way.
+        """
+        deadline = time.monotonic() + self._db.settings.timeout
         with self._guard:
             head = self._heads.get(lease.saga_id)
             if head is not None and head.fenced_by == lease.token:
                 head.fenced_by = None
+            while settled and self._on_their_way[lease.saga_id] > 0:
+                if not self._settled.wait(max(deadline - time.monotonic(), 0)):
+                    break
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
         leases = self._leases
@@ -754,10 +808,11 @@ class PostgresJournal:
     ) -> JournalEntry:
         """Count the append and move the saga's head to it.
 
-        An append whose token the server `checked` (the locked path, or a checked
-        `INSERT`) leaves the head fenced by that token (or by none, if it had none). An
-        unchecked fast one follows the head it was sealed on, so the head keeps its
-        token. ENDED frees the lease: no token holds after it.
+        A fast append follows the head it was sealed on, so the head keeps its token;
+        one whose `INSERT` `checked` the token leaves the head fenced by it if the
+        server found the lease held (not released, its saga not ended since it was
+        taken). A locked append leaves no token: the next one is checked. ENDED frees
+        the lease: no token holds after it.
         """
         with self._guard:
             if fast:
@@ -767,7 +822,7 @@ class PostgresJournal:
             head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
             if head.seq == entry.seq:
                 if checked is not None:
-                    head.fenced_by = checked.token()
+                    head.fenced_by = checked.token() if checked.held else None
                 if entry.phase is Phase.ENDED:
                     head.fenced_by = None
         return entry

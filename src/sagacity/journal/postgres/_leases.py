@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from sagacity.errors import JournalError
 from sagacity.journal._lease import SagaLease, busy
 from sagacity.journal.postgres._steps import NOTHING, ONE, Statement, Steps
@@ -66,9 +68,16 @@ class LeaseStatements:
         """
         payload, recorded_at, before_prev, before_seq, after_seq = marker
         args = (lock_key, saga_id, owner, expires_at, now, payload, recorded_at)
-        _, row = yield Statement(
-            self._sql_acquire, (*args, before_prev, before_seq, after_seq), ONE
-        )
+        try:
+            _, row = yield Statement(
+                self._sql_acquire, (*args, before_prev, before_seq, after_seq), ONE
+            )
+        except psycopg.errors.UndefinedFunction:
+            raise JournalError(
+                f"{self.acquiring(saga_id)}: its sagacity schema predates this sagacity "
+                f"(no sagacity_take_lease); open it once from a worker, which upgrades it in "
+                "place (opening it read-only, as the CLI does, changes nothing)"
+            ) from None
         if row is None or row[0] is None:  # the function answers one row: schema altered
             raise JournalError(
                 f"{self.acquiring(saga_id)}: sagacity_take_lease found no lease row; "

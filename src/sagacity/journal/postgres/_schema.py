@@ -252,6 +252,12 @@ _SCHEMA_V3 = [
                 SELECT 1 FROM {s}sagacity_journal j
                 WHERE j.saga_id = p_saga_id AND j.phase = 'ENDED' AND j.seq > held.since_seq);
         END LOOP;
+        -- The head again: an ENDED its holder's fast path wrote meanwhile is before the
+        -- lease taken now, which it does not free.
+        SELECT j.seq, j.hash INTO head_seq, head_hash
+        FROM {s}sagacity_journal j WHERE j.saga_id = p_saga_id ORDER BY j.seq DESC LIMIT 1;
+        head_seq := coalesce(head_seq, 0);
+        head_hash := coalesce(head_hash, repeat('0', 64));
         UPDATE {s}sagacity_lease l SET owner = p_owner, token = held.token + 1,
             expires_at = p_expires, since_seq = head_seq
         WHERE l.saga_id = p_saga_id;
