@@ -283,7 +283,8 @@ def _unchecked(append: _Append, head: _Head) -> bool:
 
     So when it is not fenced, or when its token held the saga at that head: a worker that
     took the lease over since journaled TAKEN_OVER at the next seq, which the append's
-    `INSERT` then meets as a taken seq (and the locked path refuses it).
+    `INSERT` then meets as a taken seq (and the locked path refuses it). A lease let go
+    (released, or freed by ENDED) leaves no token at the head (`release_lease`, `_done`).
     """
     return append.fence is None or head.fenced_by == append.fence.token
 
@@ -659,10 +660,10 @@ class PostgresJournal:
             if not checked and append.fence is not None:
                 self._settle(append.saga_id)
 
-    def _settle(self, saga_id: str, appends: int = 1) -> None:
-        """Unchecked appends of `saga_id` ended, written or not (see `_on_their_way`)."""
+    def _settle(self, saga_id: str) -> None:
+        """An unchecked append of `saga_id` ended, written or not (see `_on_their_way`)."""
         with self._guard:
-            self._on_their_way[saga_id] -= appends
+            self._on_their_way[saga_id] -= 1
             if self._on_their_way[saga_id] <= 0:
                 del self._on_their_way[saga_id]
                 self._settled.notify_all()
