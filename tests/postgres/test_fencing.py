@@ -1,13 +1,14 @@
 """PostgreSQL's fast path appends under a lease with no look at it: what keeps it fenced.
 
 A takeover journals TAKEN_OVER at the seq the former holder would write next. A lease
-released, or freed by an ENDED, is taken again without one, so an append of the former
-holder must never go unchecked past that point: those on their way when the holder
-releases are waited for, and none is sent unchecked after it.
+released, or freed by an ENDED, is taken again without one, so no append of the former
+holder may go unchecked past that point: a release with one of its appends under way
+frees nothing (the lease expires, and is taken over), and none goes unchecked after it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import threading
 import time
@@ -15,11 +16,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sagacity import LeaseLostError, Phase
+from sagacity import LeaseLostError, Phase, SagaBusyError, SerializationError
 from sagacity.journal import JournalEntry, SagaLease
-from sagacity.journal._group import AppendRequest
 from sagacity.journal.postgres import PostgresJournal
-from tests.postgres.test_batch_faults import commit_batch
 from tests.postgres.test_faults import Admin, blocked_backend
 
 pytestmark = pytest.mark.postgres
@@ -53,48 +52,76 @@ def one_append(journal: PostgresJournal, lease: SagaLease) -> JournalEntry:
     return journal.append("s", Phase.INTENT, call_id="late", fence=lease)
 
 
-def in_a_batch(journal: PostgresJournal, lease: SagaLease) -> JournalEntry:
-    (result,) = commit_batch(
-        journal, [AppendRequest("s", Phase.INTENT, call_id="late", fence=lease)], "sync"
-    )
-    if isinstance(result, BaseException):
-        raise result
-    return result
+def on_a_loop(journal: PostgresJournal, lease: SagaLease) -> JournalEntry:
+    async def append() -> JournalEntry:
+        return await journal.aappend("s", Phase.INTENT, call_id="late", fence=lease)
+
+    return asyncio.run(append())
 
 
-@pytest.mark.parametrize("send", [one_append, in_a_batch], ids=["alone", "in-a-batch"])
-def test_a_release_waits_for_an_unchecked_append_on_its_way(
+@pytest.mark.parametrize("send", [one_append, on_a_loop], ids=["sync", "async"])
+def test_a_release_with_an_append_under_way_leaves_the_lease_to_expire(
     journals: tuple[PostgresJournal, PostgresJournal],
     admin: Admin,
     send: Callable[[PostgresJournal, SagaLease], JournalEntry],
 ) -> None:
-    """An unchecked append held up in the server when its holder releases lands first.
+    """An unchecked append held up in the server keeps its holder's release from freeing it.
 
-    The release waits for it, so the next worker, which journals no TAKEN_OVER after a
-    release, reads it.
+    The next worker takes the saga over once the lease expires, and its TAKEN_OVER fences
+    the append, which lands before it or is refused, never after it.
     """
     former, taker = journals
     lease = warm(former)
     admin.execute("BEGIN")  # every INSERT into the journal waits for this lock
     admin.execute(f"LOCK TABLE {former.database.tables.journal} IN SHARE MODE")
-    sent: list[JournalEntry] = []
-    released = threading.Event()
-    sending = threading.Thread(target=lambda: sent.append(send(former, lease)))
-    releasing = threading.Thread(target=lambda: (former.release_lease(lease), released.set()))
+    outcome: list[JournalEntry | LeaseLostError] = []
+
+    def late() -> None:
+        try:
+            outcome.append(send(former, lease))
+        except LeaseLostError as refused:
+            outcome.append(refused)
+
+    sending = threading.Thread(target=late)
+    later = T0 + 2 * MINUTE
+    taking = threading.Thread(
+        target=lambda: taker.acquire_lease("s", "taker", now=later, expires_at=later + MINUTE)
+    )
     try:
         sending.start()
         blocked_backend(admin)
-        releasing.start()
-        time.sleep(0.3)
-        assert not released.is_set()  # it waits for the append on its way
+        former.release_lease(lease)  # returns at once, and frees nothing
+        with pytest.raises(SagaBusyError, match="held by former"):
+            taker.acquire_lease("s", "taker", now=T0, expires_at=T0 + MINUTE)
+        taking.start()  # after the expiry: its TAKEN_OVER waits for the lock too
+        time.sleep(0.2)
     finally:
         admin.execute("ROLLBACK")
     sending.join(10)
-    releasing.join(10)
-    assert released.is_set()
+    taking.join(10)
+    entries = taker.entries("s")
+    marker = next(e for e in entries if e.phase is Phase.TAKEN_OVER)
+    assert entries[marker.seq :] == []  # the new holder reads the journal from here
+    if isinstance(outcome[0], JournalEntry):
+        assert outcome[0].seq < marker.seq
+    assert [e.call_id for e in entries[:2]] == ["c#1", "c#2"]
+
+
+def test_a_refused_append_does_not_hold_the_release(
+    journals: tuple[PostgresJournal, PostgresJournal],
+) -> None:
+    """An append refused before anything was sent is no longer under way.
+
+    (Its payload has no canonical form.) The release frees the saga, and the next worker
+    takes it at once, with no TAKEN_OVER.
+    """
+    former, taker = journals
+    lease = warm(former)
+    with pytest.raises(SerializationError):
+        former.append("s", Phase.INTENT, call_id="big", payload=2**60, fence=lease)
+    former.release_lease(lease)
     taker.acquire_lease("s", "taker", now=T0, expires_at=T0 + MINUTE)
-    assert [e.call_id for e in taker.entries("s")] == ["c#1", "c#2", "late"]
-    assert sent[0].seq == 3
+    assert [e.phase for e in taker.entries("s")] == [Phase.INTENT, Phase.INTENT]
 
 
 @pytest.mark.parametrize("freed_by", ["release", "ENDED"])

@@ -320,23 +320,18 @@ class LoopWriter:
     async def _many(self, requests: list[AppendRequest]) -> list[JournalEntry | BaseException]:
         """`_batch.append_batch` on this loop's connections."""
         batch = Batch(self._journal, requests)
-        try:
-            if batch.sealed:
-                sent = False
+        if batch.sealed:
+            sent = False
+            try:
+                lease = await self._checkout(time.monotonic() + self._journal._db.settings.timeout)
                 try:
-                    lease = await self._checkout(
-                        time.monotonic() + self._journal._db.settings.timeout
-                    )
-                    try:
-                        sent = True
-                        await arun_steps(lease.cursor, batch.insert())
-                        batch.written()
-                    finally:
-                        self._checkin(lease)
-                except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                    batch.failed(error, sent=sent)
-        finally:
-            batch.settle()
+                    sent = True
+                    await arun_steps(lease.cursor, batch.insert())
+                    batch.written()
+                finally:
+                    self._checkin(lease)
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+                batch.failed(error, sent=sent)
         for index, append in batch.alone():
             try:
                 batch.results[index] = await self._append(append)

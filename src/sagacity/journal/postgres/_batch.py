@@ -70,22 +70,19 @@ def append_batch(
 ) -> list[JournalEntry | BaseException]:
     """Commit `requests` together; each one's entry or its own refusal, in order."""
     batch = Batch(journal, requests)
-    try:
-        if batch.sealed:
-            db = journal._db
-            sent = False
+    if batch.sealed:
+        db = journal._db
+        sent = False
+        try:
+            lease = db.checkout(time.monotonic() + db.settings.timeout)
             try:
-                lease = db.checkout(time.monotonic() + db.settings.timeout)
-                try:
-                    sent = True
-                    run_steps(lease.cursor, batch.insert())
-                    batch.written()
-                finally:
-                    db.checkin(lease)
-            except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                batch.failed(error, sent=sent)
-    finally:
-        batch.settle()
+                sent = True
+                run_steps(lease.cursor, batch.insert())
+                batch.written()
+            finally:
+                db.checkin(lease)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
+            batch.failed(error, sent=sent)
     for index, append in batch.alone():
         try:
             batch.results[index] = journal._append(append)
@@ -114,11 +111,8 @@ class Batch:
             self.results = [closed] * len(requests)
             self.sealed: list[_Sealed] = []
             self._alone: list[int] = []
-            self._unchecked: list[str] = []
         else:
-            self.sealed, self._alone, self._unchecked = _seal(journal, self._appends)
-            """`_unchecked`: the sagas whose rows may go with no look at the lease, counted
-            on their way (`PostgresJournal._on_their_way`) until `settle`."""
+            self.sealed, self._alone = _seal(journal, self._appends)
 
     def insert(self) -> Steps[None]:
         """Write the sealed rows in one statement, which writes all of them or none."""
@@ -127,12 +121,6 @@ class Batch:
             for column, value in zip(columns, row_of(item.entry, item.payload_bytes), strict=True):
                 column.append(value)
         yield Statement(self._journal._sql_insert_bulk, columns, NOTHING)
-
-    def settle(self) -> None:
-        """The statement ended, written or not: its rows are no longer on their way."""
-        for saga_id in self._unchecked:
-            self._journal._settle(saga_id)
-        self._unchecked = []
 
     def written(self) -> None:
         """The statement committed: settle its appends."""
@@ -169,19 +157,14 @@ class Batch:
         return [result for result in self.results if result is not None]
 
 
-def _seal(
-    journal: PostgresJournal, appends: list[_Append]
-) -> tuple[list[_Sealed], list[int], list[str]]:
+def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Sealed], list[int]]:
     """Seal what follows a known head; the rest (by index, in order) is committed alone.
-
-    Also returns the sagas counted on their way: those whose head has a token.
 
     Sorted by saga, stably, so that each saga's appends keep their order and two
     processes' statements lock rows in the same order.
     """
     sealed: list[_Sealed] = []
     alone: list[int] = []
-    counted: list[str] = []
     heads: dict[str, tuple[int, str, int | None] | None] = {}
     """Per saga: the head its next append follows and the token that held the saga
     there, or None once one of its appends goes alone (then all its later ones do too)."""
@@ -198,9 +181,6 @@ def _seal(
                     if head is None or head.quiet_needed
                     else (head.seq, head.hash, head.fenced_by)
                 )
-                if known is not None and known[2] is not None:
-                    journal._on_their_way[saga_id] += 1
-                    counted.append(saga_id)
         expected = append.expected_seq
         if (
             known is None
@@ -214,7 +194,7 @@ def _seal(
         # ENDED frees the lease: no token holds after it.
         heads[saga_id] = (entry.seq, entry.hash, None if entry.phase is Phase.ENDED else known[2])
         sealed.append(_Sealed(index, append, entry, payload_bytes))
-    return sealed, alone, counted
+    return sealed, alone
 
 
 def _names(requests: Sequence[AppendRequest]) -> str:

@@ -38,18 +38,19 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import datetime
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import psycopg_pool
 
-from sagacity.errors import AppendConflictError, JournalError
+from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
 from sagacity.journal._canonical import JsonValue, canonical_bytes
 from sagacity.journal._entry import (
     GENESIS_HASH,
@@ -59,7 +60,13 @@ from sagacity.journal._entry import (
     seal,
     utc_timestamp,
 )
-from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
+from sagacity.journal._group import (
+    AppendRequest,
+    AppendWithdrawn,
+    CommittedThenCancelled,
+    GroupCommit,
+    GroupStats,
+)
 from sagacity.journal._lease import RELEASED, SagaLease, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 from sagacity.journal.postgres._async import FRESH_COMMITS, IdleConnections, LoopWriter
@@ -362,10 +369,11 @@ class PostgresJournal:
         # One guard for the small shared state below; never held across a statement.
         self._guard = threading.Lock()
         self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
-        self._on_their_way: collections.Counter[str] = collections.Counter()
-        """Per saga, fenced appends on their way with no look at the lease (`_attempt`):
-        a release waits for them, since nothing would fence them after it."""
-        self._settled = threading.Condition(self._guard)
+        self._under_way: collections.Counter[str] = collections.Counter()
+        """Per saga, fenced appends under way, or ended with their fate unknown: while
+        any is, the saga's lease is not released (see `release_lease`)."""
+        self._retired: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Per saga, the newest token this journal let go: no head is fenced by it again."""
         self._fast = self._locked = self._conflicts = self._reconnects = 0
         # As many commits in flight as the pool allows, one connection left for reads and
         # leases: the server merges their WAL flushes; appends that find them all busy
@@ -429,9 +437,13 @@ class PostgresJournal:
             JournalError: The entry could not be committed (the message says whether it
                 was surely not written, or may have been); it is never silently dropped.
         """
-        return self._group.append(
-            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        request = AppendRequest(
+            saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
         )
+        if fence is None:
+            return self._group.append(request)
+        with self._fenced(saga_id):
+            return self._group.append(request)
 
     async def aappend(
         self,
@@ -450,9 +462,13 @@ class PostgresJournal:
         Same guarantees and errors as `append`; see `committed` for cancellation.
         """
         writer = self._loop_writer(lambda: f"saga {saga_id!r}: cannot append {phase.value}")
-        return await writer.append(
-            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
+        request = AppendRequest(
+            saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
         )
+        if fence is None:
+            return await writer.append(request)
+        with self._fenced(saga_id):
+            return await writer.append(request)
 
     def _loop_writer(self, what: Callable[[], str]) -> LoopWriter:
         """The running loop's writer, made on its first use; `what` names a refusal."""
@@ -544,10 +560,10 @@ class PostgresJournal:
                 # After a locked try whose reply was lost, only the locked path may tell
                 # whether that try wrote the entry.
                 fast = head.quiet_needed == 0 and not append.locked_sent
-                checked = fast and self._checks(append, head)
+                checked = fast and not _unchecked(append, head)
         if fast:
             append.sent = append.seal_after(*seen)
-            if (yield from self._fast_insert(append, checked=checked)):
+            if (yield from self._insert(append, checked=checked)):
                 return self._done(append.sent[0], fast=True, checked=append if checked else None)
             append.sent = None
             self._conflict(append)
@@ -568,13 +584,13 @@ class PostgresJournal:
             if head is not None:
                 self._heads.move_to_end(saga_id)
                 if head.seq == expected:
-                    prev_hash, checked = head.hash, self._checks(append, head)
+                    prev_hash, checked = head.hash, not _unchecked(append, head)
         if prev_hash is None:
             found, prev_hash = yield from self._read_head(saga_id)
             if found != expected:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
-        if (yield from self._fast_insert(append, checked=checked)):
+        if (yield from self._insert(append, checked=checked)):
             return self._done(append.sent[0], fast=True, checked=append if checked else None)
         append.sent = None
         raise (yield from self._refused(saga_id, expected))
@@ -639,34 +655,6 @@ class PostgresJournal:
         fast path does not take it (docs/postgres.md).
         """
         return LOCK_CLASS, self._lock_key(saga_id)
-
-    def _checks(self, append: _Append, head: _Head) -> bool:
-        """Under the guard: whether `append`'s `INSERT` after `head` checks its token.
-
-        One that does not is counted on its way (`_on_their_way`) until `_fast_insert`
-        ends.
-        """
-        if _unchecked(append, head):
-            if append.fence is not None:
-                self._on_their_way[append.saga_id] += 1
-            return False
-        return True
-
-    def _fast_insert(self, append: _Append, *, checked: bool) -> Steps[bool | None]:
-        """`_insert`, then no longer counted on its way if it was unchecked."""
-        try:
-            return (yield from self._insert(append, checked=checked))
-        finally:
-            if not checked and append.fence is not None:
-                self._settle(append.saga_id)
-
-    def _settle(self, saga_id: str) -> None:
-        """An unchecked append of `saga_id` ended, written or not (see `_on_their_way`)."""
-        with self._guard:
-            self._on_their_way[saga_id] -= 1
-            if self._on_their_way[saga_id] <= 0:
-                del self._on_their_way[saga_id]
-                self._settled.notify_all()
 
     def _insert(
         self, append: _Append, *, checked: bool, refused_if_gone: bool = True
@@ -756,7 +744,11 @@ class PostgresJournal:
         lease, seq, hash = taken
         with self._guard:
             head = self._heads.get(lease.saga_id)
-            if seq > 0 and (head is None or head.seq < seq or (head.seq, head.hash) == (seq, hash)):
+            if (
+                seq > 0
+                and self._arms(lease.saga_id, lease.token)
+                and (head is None or head.seq < seq or (head.seq, head.hash) == (seq, hash))
+            ):
                 self._move_head(lease.saga_id, seq, hash).fenced_by = lease.token
             elif head is not None:
                 head.fenced_by = None  # a saga with no entries, or a head past the one read
@@ -772,25 +764,50 @@ class PostgresJournal:
     def release_lease(self, lease: SagaLease) -> None:
         """Free the saga, unless the lease was taken over.
 
-        Its appends no longer go unchecked, and those on their way unchecked end first: a
-        worker that takes the saga next journals no TAKEN_OVER that would fence them.
+        A worker that takes a released lease journals no TAKEN_OVER (see `_unchecked`), so
+        the lease is released only once none of this journal's fenced appends to the saga
+        is under way, or ended with its fate unknown. Else it is left to expire: the next
+        worker then takes it over, and its TAKEN_OVER fences them.
         """
-        self._let_go(lease, settled=True)
-        self._set_expiry(lease, RELEASED)
+        if self._let_go(lease):
+            self._set_expiry(lease, RELEASED)
 
-    def _let_go(self, lease: SagaLease, *, settled: bool = False) -> None:
-        """Appends under `lease` no longer take the fast path unchecked.
-
-        With `settled`, wait (up to the timeout) for those on their way.
-        """
-        deadline = time.monotonic() + self._db.settings.timeout
+    def _let_go(self, lease: SagaLease) -> bool:
+        """Appends under `lease` no longer go unchecked; whether none is under way."""
+        saga_id = lease.saga_id
         with self._guard:
-            head = self._heads.get(lease.saga_id)
+            head = self._heads.get(saga_id)
             if head is not None and head.fenced_by == lease.token:
                 head.fenced_by = None
-            while settled and self._on_their_way[lease.saga_id] > 0:
-                if not self._settled.wait(max(deadline - time.monotonic(), 0)):
-                    break
+            if self._retired.get(saga_id, 0) < lease.token:
+                self._retired[saga_id] = lease.token
+            self._retired.move_to_end(saga_id)
+            if len(self._retired) > _HEAD_CACHE_SIZE:
+                self._retired.popitem(last=False)
+            return self._under_way[saga_id] == 0
+
+    @contextlib.contextmanager
+    def _fenced(self, saga_id: str) -> Iterator[None]:
+        """Count a fenced append of `saga_id` under way until its fate is known."""
+        with self._guard:
+            self._under_way[saga_id] += 1
+        try:
+            yield
+        except (AppendConflictError, LeaseLostError, SerializationError, AppendWithdrawn):
+            self._ended(saga_id)  # refused: nothing was written
+            raise
+        except CommittedThenCancelled:
+            self._ended(saga_id)
+            raise
+        except BaseException:
+            raise  # it may or may not be written: the lease is left to expire
+        self._ended(saga_id)
+
+    def _ended(self, saga_id: str) -> None:
+        with self._guard:
+            self._under_way[saga_id] -= 1
+            if not self._under_way[saga_id]:
+                del self._under_way[saga_id]
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
         leases = self._leases
@@ -823,10 +840,16 @@ class PostgresJournal:
             head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
             if head.seq == entry.seq:
                 if checked is not None:
-                    head.fenced_by = checked.token() if checked.held else None
+                    token = checked.token()
+                    armed = token is not None and checked.held and self._arms(entry.saga_id, token)
+                    head.fenced_by = token if armed else None
                 if entry.phase is Phase.ENDED:
                     head.fenced_by = None
         return entry
+
+    def _arms(self, saga_id: str, token: int) -> bool:
+        """Under the guard: whether `token` may fence a head (it was not let go here)."""
+        return token > self._retired.get(saga_id, 0)
 
     def _move_head(self, saga_id: str, seq: int, hash: str, *, keep_fence: bool = False) -> _Head:
         """Record a head read or written (under the guard); a head only moves forward.
