@@ -369,9 +369,9 @@ class PostgresJournal:
         # One guard for the small shared state below; never held across a statement.
         self._guard = threading.Lock()
         self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
-        self._under_way: collections.Counter[str] = collections.Counter()
-        """Per saga, fenced appends under way, or ended with their fate unknown: while
-        any is, the saga's lease is not released (see `release_lease`)."""
+        self._under_way: collections.Counter[tuple[str, int]] = collections.Counter()
+        """Per saga and token, fenced appends under way, or ended with their fate unknown:
+        while any is, that lease is not released (see `release_lease`)."""
         self._retired: collections.OrderedDict[str, int] = collections.OrderedDict()
         """Per saga, the newest token this journal let go: no head is fenced by it again."""
         self._fast = self._locked = self._conflicts = self._reconnects = 0
@@ -442,7 +442,7 @@ class PostgresJournal:
         )
         if fence is None:
             return self._group.append(request)
-        with self._fenced(saga_id):
+        with self._fenced(fence):
             return self._group.append(request)
 
     async def aappend(
@@ -467,7 +467,7 @@ class PostgresJournal:
         )
         if fence is None:
             return await writer.append(request)
-        with self._fenced(saga_id):
+        with self._fenced(fence):
             return await writer.append(request)
 
     def _loop_writer(self, what: Callable[[], str]) -> LoopWriter:
@@ -765,9 +765,9 @@ class PostgresJournal:
         """Free the saga, unless the lease was taken over.
 
         A worker that takes a released lease journals no TAKEN_OVER (see `_unchecked`), so
-        the lease is released only once none of this journal's fenced appends to the saga
-        is under way, or ended with its fate unknown. Else it is left to expire: the next
-        worker then takes it over, and its TAKEN_OVER fences them.
+        the lease is released only once none of its appends through this journal is under
+        way, or ended with its fate unknown. Else it is left to expire: the next worker
+        then takes it over, and its TAKEN_OVER fences them.
         """
         if self._let_go(lease):
             self._set_expiry(lease, RELEASED)
@@ -784,30 +784,31 @@ class PostgresJournal:
             self._retired.move_to_end(saga_id)
             if len(self._retired) > _HEAD_CACHE_SIZE:
                 self._retired.popitem(last=False)
-            return self._under_way[saga_id] == 0
+            return self._under_way[(saga_id, lease.token)] == 0
 
     @contextlib.contextmanager
-    def _fenced(self, saga_id: str) -> Iterator[None]:
-        """Count a fenced append of `saga_id` under way until its fate is known."""
+    def _fenced(self, lease: SagaLease) -> Iterator[None]:
+        """Count an append under `lease` as under way until its fate is known."""
+        key = (lease.saga_id, lease.token)
         with self._guard:
-            self._under_way[saga_id] += 1
+            self._under_way[key] += 1
         try:
             yield
         except (AppendConflictError, LeaseLostError, SerializationError, AppendWithdrawn):
-            self._ended(saga_id)  # refused: nothing was written
+            self._ended(key)  # refused: nothing was written
             raise
         except CommittedThenCancelled:
-            self._ended(saga_id)
+            self._ended(key)
             raise
         except BaseException:
             raise  # it may or may not be written: the lease is left to expire
-        self._ended(saga_id)
+        self._ended(key)
 
-    def _ended(self, saga_id: str) -> None:
+    def _ended(self, key: tuple[str, int]) -> None:
         with self._guard:
-            self._under_way[saga_id] -= 1
-            if not self._under_way[saga_id]:
-                del self._under_way[saga_id]
+            self._under_way[key] -= 1
+            if not self._under_way[key]:
+                del self._under_way[key]
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
         leases = self._leases
