@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sagacity import JournalError, LeaseLostError, Phase
+from sagacity import JournalError, LeaseLostError, Phase, SerializationError
 from sagacity.audit import verify
 from sagacity.journal import JournalEntry
 from sagacity.journal._group import AppendRequest
@@ -155,6 +155,27 @@ class TestLeaseInABatch:
         assert [(e.seq, e.phase) for e in taken] == [(1, Phase.INTENT), (2, Phase.TAKEN_OVER)]
         assert taken[1].payload == {"owner": "w2"}
         assert journal.entries("kept")[1:] == kept
+        assert verify(journal).ok
+
+
+class TestARowThatCannotBeSealed:
+    def test_is_refused_alone_and_the_batch_lands(
+        self, journal: PostgresJournal, driver: str
+    ) -> None:
+        """A payload with no canonical form (a float NaN) is refused with its reason.
+
+        The batch's other appends, of its own saga and of another, are written.
+        """
+        intents = [journal.append(s, Phase.INTENT, tool_name="reserve") for s in ("a", "b")]
+        hostile = executed("a")._replace(payload=float("nan"))
+        refused, after, landed = commit_batch(
+            journal, [hostile, executed("a")._replace(ref_seq=None), executed("b")], driver
+        )
+        assert isinstance(refused, SerializationError)
+        assert isinstance(after, JournalEntry)
+        assert isinstance(landed, JournalEntry)
+        assert [e.seq for e in journal.entries("a")] == [1, 2]
+        assert journal.entries("b") == [intents[1], landed]
         assert verify(journal).ok
 
 

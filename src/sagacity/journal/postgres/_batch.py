@@ -9,8 +9,9 @@ is written whole or not at all. Each append keeps its own semantics:
   `_journal._unchecked`): a takeover since then journaled TAKEN_OVER at the seq the row
   takes, which fails the statement;
 - an append whose saga's head this journal does not know (or knows to be contended, or
-  not under its token), a conditional append on a seq that is not that head, and every
-  later append of that saga in the batch, is committed on its own after the statement,
+  not under its token), a conditional append on a seq that is not that head, one whose
+  payload has no canonical form, and every later append of that saga in the batch, is
+  committed on its own after the statement,
   through the journal's ordinary path (the locked path, `LeaseLostError` or
   `AppendConflictError`);
 - a row whose seq another writer took makes the statement fail, and nothing of it is
@@ -24,6 +25,7 @@ entry is in doubt: its retry looks for a row at its seq with its hash first.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 import psycopg
 import psycopg_pool
 
-from sagacity.errors import JournalError
+from sagacity.errors import JournalError, SerializationError
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._rows import row_of
@@ -182,15 +184,21 @@ def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Seale
                     else (head.seq, head.hash, head.fenced_by)
                 )
         expected = append.expected_seq
-        if (
+        fence = append.fence
+        sealing = None
+        if not (
             known is None
-            or (append.fence is not None and append.fence.token != known[2])
+            or (fence is not None and (fence.saga_id, fence.token) != (saga_id, known[2]))
             or (expected is not None and expected != known[0])
         ):
+            # One with no canonical form is refused alone, with its reason.
+            with contextlib.suppress(SerializationError):
+                sealing = append.seal_after(known[0], known[1])
+        if known is None or sealing is None:
             heads[saga_id] = None
             alone.append(index)
             continue
-        entry, payload_bytes = append.seal_after(known[0], known[1])
+        entry, payload_bytes = sealing
         # ENDED frees the lease: no token holds after it.
         heads[saga_id] = (entry.seq, entry.hash, None if entry.phase is Phase.ENDED else known[2])
         sealed.append(_Sealed(index, append, entry, payload_bytes))

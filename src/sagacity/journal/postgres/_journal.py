@@ -80,6 +80,9 @@ __all__ = ["AppendStats", "PostgresJournal"]
 
 _COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
 
+_FENCED_ROW = ("saga", "seq", "phase", "tool", "call", "ref", "payload", "at", "prev", "hash")
+"""The names of a row's values in the checked `INSERT` (`_sql_insert_fenced`)."""
+
 _CONTENDED_STREAK = 16
 """After a conflict, how many locked appends in a row must find no other writer's entry
 since the head they started from before the saga goes back to the fast path."""
@@ -293,7 +296,8 @@ def _unchecked(append: _Append, head: _Head) -> bool:
     `INSERT` then meets as a taken seq (and the locked path refuses it). A lease let go
     (released, or freed by ENDED) leaves no token at the head (`release_lease`, `_done`).
     """
-    return append.fence is None or head.fenced_by == append.fence.token
+    fence = append.fence
+    return fence is None or (fence.saga_id == append.saga_id and head.fenced_by == fence.token)
 
 
 def new_append(request: AppendRequest) -> _Append:
@@ -338,15 +342,17 @@ class PostgresJournal:
         leases = self._db.tables.lease
         # Written only while the token is the saga's; FOR SHARE keeps a takeover waiting
         # until the entry commits, so that the new holder reads it. It answers whether the
-        # lease is held still, not released nor freed by an ENDED since it was taken.
+        # lease is held still, as the row it locked says: not released, and not freed by
+        # an ENDED since it was taken.
         self._sql_insert_fenced = (
-            f"INSERT INTO {table} AS new ({_COLUMNS}) SELECT "
-            "%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s "
-            f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
-            "FOR SHARE) "
-            "RETURNING (SELECT l.expires_at > 'epoch'::timestamptz AND NOT EXISTS ("
-            f"SELECT 1 FROM {table} j WHERE j.saga_id = l.saga_id AND j.phase = 'ENDED' "
-            f"AND j.seq > l.since_seq) FROM {leases} l WHERE l.saga_id = new.saga_id)"
+            f"WITH held AS (SELECT expires_at, since_seq FROM {leases} "
+            "WHERE saga_id = %(saga)s AND token = %(token)s::bigint FOR SHARE) "
+            f"INSERT INTO {table} ({_COLUMNS}) SELECT "
+            "%(saga)s, %(seq)s::bigint, %(phase)s, %(tool)s, %(call)s, %(ref)s::bigint, "
+            "%(payload)s, %(at)s, %(prev)s, %(hash)s FROM held "
+            "RETURNING (SELECT h.expires_at > 'epoch'::timestamptz AND NOT EXISTS ("
+            f"SELECT 1 FROM {table} j WHERE j.saga_id = %(saga)s AND j.phase = 'ENDED' "
+            "AND j.seq > h.since_seq) FROM held h)"
         ).encode()
         self._sql_insert_bulk = bulk_insert_sql(table, _COLUMNS)  # see _batch.py
         self._leases = LeaseStatements(self._db)
@@ -674,9 +680,8 @@ class PostgresJournal:
             if fence is None or not checked:
                 yield Statement(self._sql_insert, row, NOTHING)
                 return True
-            _, held = yield Statement(
-                self._sql_insert_fenced, (*row, append.saga_id, fence.token), ONE
-            )
+            args = dict(zip(_FENCED_ROW, row, strict=True))
+            _, held = yield Statement(self._sql_insert_fenced, {**args, "token": fence.token}, ONE)
         except psycopg.errors.UniqueViolation:
             return False
         if held is not None:
