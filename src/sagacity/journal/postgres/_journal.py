@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import datetime
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -79,6 +78,15 @@ from sagacity.journal.postgres._steps import ALL, NOTHING, ONE, Statement, Steps
 __all__ = ["AppendStats", "PostgresJournal"]
 
 _COLUMNS = "saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, hash"
+
+_KNOWN_FATES = (
+    AppendConflictError,
+    LeaseLostError,
+    SerializationError,
+    AppendWithdrawn,
+    CommittedThenCancelled,
+)
+"""What an append can raise with its fate known: refused (nothing written), or written."""
 
 _FENCED_ROW = ("saga", "seq", "phase", "tool", "call", "ref", "payload", "at", "prev", "hash")
 """The names of a row's values in the checked `INSERT` (`_sql_insert_fenced`)."""
@@ -375,7 +383,7 @@ class PostgresJournal:
         # One guard for the small shared state below; never held across a statement.
         self._guard = threading.Lock()
         self._heads: collections.OrderedDict[str, _Head] = collections.OrderedDict()
-        self._under_way: collections.Counter[tuple[str, int]] = collections.Counter()
+        self._under_way: dict[tuple[str, int], int] = {}
         """Per saga and token, fenced appends under way, or ended with their fate unknown:
         while any is, that lease is not released (see `release_lease`)."""
         self._retired: collections.OrderedDict[str, int] = collections.OrderedDict()
@@ -448,8 +456,14 @@ class PostgresJournal:
         )
         if fence is None:
             return self._group.append(request)
-        with self._fenced(fence):
-            return self._group.append(request)
+        key = self._begun(fence)
+        try:
+            entry = self._group.append(request)
+        except _KNOWN_FATES:
+            self._ended(key)
+            raise
+        self._ended(key)
+        return entry
 
     async def aappend(
         self,
@@ -473,8 +487,14 @@ class PostgresJournal:
         )
         if fence is None:
             return await writer.append(request)
-        with self._fenced(fence):
-            return await writer.append(request)
+        key = self._begun(fence)
+        try:
+            entry = await writer.append(request)
+        except _KNOWN_FATES:
+            self._ended(key)
+            raise
+        self._ended(key)
+        return entry
 
     def _loop_writer(self, what: Callable[[], str]) -> LoopWriter:
         """The running loop's writer, made on its first use; `what` names a refusal."""
@@ -789,30 +809,24 @@ class PostgresJournal:
             self._retired.move_to_end(saga_id)
             if len(self._retired) > _HEAD_CACHE_SIZE:
                 self._retired.popitem(last=False)
-            return self._under_way[(saga_id, lease.token)] == 0
+            return (saga_id, lease.token) not in self._under_way
 
-    @contextlib.contextmanager
-    def _fenced(self, lease: SagaLease) -> Iterator[None]:
-        """Count an append under `lease` as under way until its fate is known."""
+    def _begun(self, lease: SagaLease) -> tuple[str, int]:
+        """Count an append under `lease` as under way, until its fate is known (`_ended`).
+
+        Known: written, or refused; one that raises anything else stays counted.
+        """
         key = (lease.saga_id, lease.token)
         with self._guard:
-            self._under_way[key] += 1
-        try:
-            yield
-        except (AppendConflictError, LeaseLostError, SerializationError, AppendWithdrawn):
-            self._ended(key)  # refused: nothing was written
-            raise
-        except CommittedThenCancelled:
-            self._ended(key)
-            raise
-        except BaseException:
-            raise  # it may or may not be written: the lease is left to expire
-        self._ended(key)
+            self._under_way[key] = self._under_way.get(key, 0) + 1
+        return key
 
     def _ended(self, key: tuple[str, int]) -> None:
         with self._guard:
-            self._under_way[key] -= 1
-            if not self._under_way[key]:
+            left = self._under_way[key] - 1
+            if left:
+                self._under_way[key] = left
+            else:
                 del self._under_way[key]
 
     def _set_expiry(self, lease: SagaLease, expires_at: datetime.datetime) -> bool:
