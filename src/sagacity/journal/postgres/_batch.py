@@ -127,7 +127,9 @@ class Batch:
     def written(self) -> None:
         """The statement committed: settle its appends."""
         for item in self.sealed:
-            self.results[item.index] = self._journal._done(item.entry, fast=True)
+            self.results[item.index] = self._journal._done(
+                item.entry, fast=True, append=item.append
+            )
 
     def failed(self, error: BaseException, *, sent: bool) -> None:
         """The statement failed: each of its appends is redone alone, with its retries.

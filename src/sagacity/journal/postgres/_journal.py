@@ -88,9 +88,6 @@ _KNOWN_FATES = (
 )
 """What an append can raise with its fate known: refused (nothing written), or written."""
 
-_FENCED_ROW = ("saga", "seq", "phase", "tool", "call", "ref", "payload", "at", "prev", "hash")
-"""The names of a row's values in the checked `INSERT` (`_sql_insert_fenced`)."""
-
 _CONTENDED_STREAK = 16
 """After a conflict, how many locked appends in a row must find no other writer's entry
 since the head they started from before the saga goes back to the fast path."""
@@ -149,7 +146,6 @@ class _Append:
         "call_id",
         "expected_seq",
         "fence",
-        "held",
         "in_doubt",
         "locked_sent",
         "payload",
@@ -187,9 +183,6 @@ class _Append:
         it is sent again unchanged: a row at its seq with its hash is that entry."""
         self.in_doubt = False
         """A connection was lost while `sent` was on its way."""
-        self.held = False
-        """The server, checking the token, found the lease held: not released, and its
-        saga not ended since it was taken (see `_done`)."""
         self.locked_sent = False
         """The locked path's statement was sent and its reply not received: the next
         try looks for the entry before it writes."""
@@ -301,8 +294,9 @@ def _unchecked(append: _Append, head: _Head) -> bool:
 
     So when it is not fenced, or when its token held the saga at that head: a worker that
     took the lease over since journaled TAKEN_OVER at the next seq, which the append's
-    `INSERT` then meets as a taken seq (and the locked path refuses it). A lease let go
-    (released, or freed by ENDED) leaves no token at the head (`release_lease`, `_done`).
+    `INSERT` then meets as a taken seq (and the locked path refuses it). A token let go
+    here (released, or its saga ended) fences no head again (`release_lease`, `_done`):
+    a worker takes such a lease with no TAKEN_OVER.
     """
     fence = append.fence
     return fence is None or (fence.saga_id == append.saga_id and head.fenced_by == fence.token)
@@ -349,18 +343,12 @@ class PostgresJournal:
         ).encode()
         leases = self._db.tables.lease
         # Written only while the token is the saga's; FOR SHARE keeps a takeover waiting
-        # until the entry commits, so that the new holder reads it. It answers whether the
-        # lease is held still, as the row it locked says: not released, and not freed by
-        # an ENDED since it was taken.
+        # until the entry commits, so that the new holder reads it.
         self._sql_insert_fenced = (
-            f"WITH held AS (SELECT expires_at, since_seq FROM {leases} "
-            "WHERE saga_id = %(saga)s AND token = %(token)s::bigint FOR SHARE) "
             f"INSERT INTO {table} ({_COLUMNS}) SELECT "
-            "%(saga)s, %(seq)s::bigint, %(phase)s, %(tool)s, %(call)s, %(ref)s::bigint, "
-            "%(payload)s, %(at)s, %(prev)s, %(hash)s FROM held "
-            "RETURNING (SELECT h.expires_at > 'epoch'::timestamptz AND NOT EXISTS ("
-            f"SELECT 1 FROM {table} j WHERE j.saga_id = %(saga)s AND j.phase = 'ENDED' "
-            "AND j.seq > h.since_seq) FROM held h)"
+            "%s, %s::bigint, %s, %s, %s, %s::bigint, %s, %s, %s, %s "
+            f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
+            "FOR SHARE)"
         ).encode()
         self._sql_insert_bulk = bulk_insert_sql(table, _COLUMNS)  # see _batch.py
         self._leases = LeaseStatements(self._db)
@@ -567,7 +555,7 @@ class PostgresJournal:
             entry = append.sent[0]
             written = yield from self._insert(append, checked=True, refused_if_gone=False)
             if written or (yield from self._hash_at(entry)) == entry.hash:
-                return self._done(entry, fast=True)
+                return self._done(entry, fast=True, append=append)
             if written is None:
                 assert append.fence is not None
                 raise lost(append.fence)  # the lost try did not write it, and now cannot
@@ -590,7 +578,7 @@ class PostgresJournal:
         if fast:
             append.sent = append.seal_after(*seen)
             if (yield from self._insert(append, checked=checked)):
-                return self._done(append.sent[0], fast=True, checked=append if checked else None)
+                return self._done(append.sent[0], fast=True, append=append, checked=checked)
             append.sent = None
             self._conflict(append)
         return (yield from self._append_locked(append, None if head is None else (head, seen)))
@@ -617,7 +605,7 @@ class PostgresJournal:
                 raise AppendConflictError(saga_id, expected, found)
         append.sent = append.seal_after(expected, prev_hash)
         if (yield from self._insert(append, checked=checked)):
-            return self._done(append.sent[0], fast=True, checked=append if checked else None)
+            return self._done(append.sent[0], fast=True, append=append, checked=checked)
         append.sent = None
         raise (yield from self._refused(saga_id, expected))
 
@@ -661,7 +649,7 @@ class PostgresJournal:
                     head.quiet_needed = _CONTENDED_STREAK
                 elif head.quiet_needed > 0:
                     head.quiet_needed -= 1
-        return self._done(entry, fast=False)
+        return self._done(entry, fast=False, append=append)
 
     def _conflict(self, append: _Append) -> None:
         """Another writer took the seq: count it, and queue on the saga's lock a while."""
@@ -700,12 +688,12 @@ class PostgresJournal:
             if fence is None or not checked:
                 yield Statement(self._sql_insert, row, NOTHING)
                 return True
-            args = dict(zip(_FENCED_ROW, row, strict=True))
-            _, held = yield Statement(self._sql_insert_fenced, {**args, "token": fence.token}, ONE)
+            count, _ = yield Statement(
+                self._sql_insert_fenced, (*row, append.saga_id, fence.token), NOTHING
+            )
         except psycopg.errors.UniqueViolation:
             return False
-        if held is not None:
-            append.held = held[0] is True
+        if count == 1:
             return True
         if refused_if_gone:
             raise lost(fence)
@@ -804,12 +792,18 @@ class PostgresJournal:
             head = self._heads.get(saga_id)
             if head is not None and head.fenced_by == lease.token:
                 head.fenced_by = None
-            if self._retired.get(saga_id, 0) < lease.token:
-                self._retired[saga_id] = lease.token
-            self._retired.move_to_end(saga_id)
-            if len(self._retired) > _HEAD_CACHE_SIZE:
-                self._retired.popitem(last=False)
+            self._retire(saga_id, lease.token)
             return (saga_id, lease.token) not in self._under_way
+
+    def _retire(self, saga_id: str, token: int | None) -> None:
+        """Under the guard: `token` was let go here (released, or its saga ended)."""
+        if token is None:
+            return
+        if self._retired.get(saga_id, 0) < token:
+            self._retired[saga_id] = token
+        self._retired.move_to_end(saga_id)
+        if len(self._retired) > _HEAD_CACHE_SIZE:
+            self._retired.popitem(last=False)
 
     def _begun(self, lease: SagaLease) -> tuple[str, int]:
         """Count an append under `lease` as under way, until its fate is known (`_ended`).
@@ -842,29 +836,29 @@ class PostgresJournal:
         return None if row is None else str(row[0])
 
     def _done(
-        self, entry: JournalEntry, *, fast: bool, checked: _Append | None = None
+        self, entry: JournalEntry, *, fast: bool, append: _Append, checked: bool = False
     ) -> JournalEntry:
         """Count the append and move the saga's head to it.
 
         A fast append follows the head it was sealed on, so the head keeps its token;
-        one whose `INSERT` `checked` the token leaves the head fenced by it if the
-        server found the lease held (not released, its saga not ended since it was
-        taken). A locked append leaves no token: the next one is checked. ENDED frees
-        the lease: no token holds after it.
+        one whose `INSERT` `checked` the token leaves the head fenced by it, unless this
+        journal let the token go. A locked append leaves no token: the next one is
+        checked. ENDED frees the lease: its token is let go.
         """
+        token = append.token()
         with self._guard:
             if fast:
                 self._fast += 1
             else:
                 self._locked += 1
             head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
-            if head.seq == entry.seq:
-                if checked is not None:
-                    token = checked.token()
-                    armed = token is not None and checked.held and self._arms(entry.saga_id, token)
-                    head.fenced_by = token if armed else None
-                if entry.phase is Phase.ENDED:
+            if entry.phase is Phase.ENDED:
+                self._retire(entry.saga_id, token)
+                if head.seq == entry.seq:
                     head.fenced_by = None
+            elif checked and head.seq == entry.seq:
+                armed = token is not None and self._arms(entry.saga_id, token)
+                head.fenced_by = token if armed else None
         return entry
 
     def _arms(self, saga_id: str, token: int) -> bool:
