@@ -11,6 +11,7 @@ the number of approvers carry over; the editor, who wrote the input, cannot appr
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
 from sagacity._history import SagaHistory
 from sagacity._ids import WORKFLOW_START_CALL
@@ -18,7 +19,7 @@ from sagacity.approval._check import check_current, check_unused
 from sagacity.approval._lifecycle import ApprovalLifecycle, refuse_ended
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import AppendConflictError, ApprovalInputError, JournalError
-from sagacity.journal import JsonValue, Phase
+from sagacity.journal import JournalEntry, JsonValue, Phase
 
 __all__ = ["edit_request"]
 
@@ -77,19 +78,27 @@ def edit_request(
     )
 
 
+def started_workflow(entries: Sequence[JournalEntry]) -> str | None:
+    """The workflow whose run the saga is, as its journal says; None for another saga.
+
+    A run's first entry is the INTENT of its start call, the call of the workflow's own
+    tool: the journal says so whether or not the workflow is defined in this process.
+    """
+    first = entries[0] if entries else None
+    if first is None or first.seq != 1 or first.phase is not Phase.INTENT:
+        return None
+    return first.tool_name if first.call_id == WORKFLOW_START_CALL else None
+
+
 def refuse_gate(history: SagaHistory, request: ApprovalRequest) -> None:
     """Refuse to edit a workflow's gate, whose input the run computes for its stage.
 
     The run would never call the stage with another input: its call would be refused as
-    changed. A gate's request is for the tool `<workflow>.<stage>` under the stage's name as call
-    id, in a run whose start call is that workflow's: the journal says so whether or not
-    the workflow is defined in this process.
+    changed. A gate's request is for the tool `<workflow>.<stage>` under the stage's name
+    as call id, in a run of that workflow (`started_workflow`).
     """
-    start = history.latest_call.get(WORKFLOW_START_CALL)
-    if start is None or start.intent.seq != 1 or start.intent.tool_name is None:
-        return
-    workflow = start.intent.tool_name
-    if request.tool_name == f"{workflow}.{request.call_id}":
+    workflow = started_workflow(history.entries)
+    if workflow is not None and request.tool_name == f"{workflow}.{request.call_id}":
         raise ApprovalInputError(
             f"saga {history.saga_id!r}: request {request.request_id} is the gate of workflow "
             f"{workflow!r} before stage {request.call_id!r}; a gate's input is the stage's "

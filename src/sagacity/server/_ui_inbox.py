@@ -18,8 +18,9 @@ from urllib.parse import quote
 from sagacity._history import SagaHistory
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._edit import started_workflow
 from sagacity.errors import SagaNotFoundError
-from sagacity.journal import JournalEntry, Phase, sha256_hex
+from sagacity.journal import JournalEntry, sha256_hex
 from sagacity.saga import Sagacity
 from sagacity.workflows import StageStatus, WorkflowRuntime
 from sagacity.workflows._definition import START_CALL
@@ -150,11 +151,7 @@ def workflow_of_request(
 
 
 def _started_workflow(sagacity: Sagacity, saga_id: str) -> str | None:
-    entries = sagacity.history(saga_id)
-    first = entries[0] if entries else None
-    if first is None or first.seq != 1 or first.phase is not Phase.INTENT:
-        return None
-    return first.tool_name if first.call_id == START_CALL else None
+    return started_workflow(sagacity.history(saga_id))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)

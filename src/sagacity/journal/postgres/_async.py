@@ -124,10 +124,7 @@ class LoopWriter:
     """
 
     def __init__(self, journal: PostgresJournal) -> None:
-        from sagacity.journal.postgres._journal import new_append  # imports this module
-
         self._journal = journal
-        self._new_append = new_append
         self._slots = Slots(journal._db.settings.pool_max_size, FRESH_COMMITS)
         self._kick: asyncio.TimerHandle | None = None
         """Starts the queue when a commit in flight goes stale, if none ends first."""
@@ -159,7 +156,7 @@ class LoopWriter:
         with the entry, `AppendWithdrawn` when nothing was sent, else a `CancelledError`.
         """
         journal = self._journal
-        append = self._new(request)
+        append = journal._new_append(request)
         token = self._slots.start(time.monotonic())
         journal._group.count(1)
         cancelled = False
@@ -228,7 +225,7 @@ class LoopWriter:
         try:
             if len(batch) == 1:
                 try:
-                    results = [await self._append(self._new(batch[0].request))]
+                    results = [await self._append(self._journal._new_append(batch[0].request))]
                 except Exception as error:
                     results = [error]
             else:
@@ -290,15 +287,6 @@ class LoopWriter:
                 if pause is None:
                     raise JournalError(f"{describe()}: {db.describe_error(error)}") from error
             await asyncio.sleep(pause)
-
-    def _new(self, request: AppendRequest) -> _Append:
-        """The append in progress for `request`; `JournalError` once the journal is closed."""
-        if self._journal._closed:
-            raise JournalError(
-                f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
-                "is closed; open a new one"
-            )
-        return self._new_append(request)
 
     async def _append(self, append: _Append) -> JournalEntry:
         """`PostgresJournal._append` on this loop's connections."""

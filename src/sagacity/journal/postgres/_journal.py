@@ -499,12 +499,16 @@ class PostgresJournal:
 
     def _append_request(self, request: AppendRequest) -> JournalEntry:
         """Append one entry on its own: the fast path, else the locked path."""
+        return self._append(self._new_append(request))
+
+    def _new_append(self, request: AppendRequest) -> _Append:
+        """The append in progress for `request`; `JournalError` once the journal is closed."""
         if self._closed:
             raise JournalError(
                 f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
                 "is closed; open a new one"
             )
-        return self._append(new_append(request))
+        return new_append(request)
 
     def _append(self, append: _Append) -> JournalEntry:
         """Commit an append on a pooled connection, redoing it after a lost connection."""
