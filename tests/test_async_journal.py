@@ -10,13 +10,22 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from sagacity import Phase, Sagacity, SagaOutcome, compensable, compensation, verify
+from sagacity import (
+    Phase,
+    Reversibility,
+    Sagacity,
+    SagaOutcome,
+    compensable,
+    compensation,
+    verify,
+)
+from sagacity.adapter import current_scope
 from sagacity.journal import JournalEntry, SideEffectJournal
 from sagacity.journal._group import GroupCommit
 
@@ -53,6 +62,13 @@ class Ledger:
     @compensable(by="release")
     async def fail(self, sku: str) -> str:
         raise RuntimeError(f"out of {sku}")
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    async def wire(self, amount: str) -> str:
+        """Wire money out."""
+        self.ran.append(f"wire {amount}")
+        await asyncio.sleep(0)
+        return f"wire-{amount}"
 
 
 def _current() -> tuple[str, str]:
@@ -212,11 +228,13 @@ def writes_held(
     """Block the saga's next journal write, and the first of `new_sagas`, until let go.
 
     SQLite: another connection holds the write lock. PostgreSQL: another transaction
-    holds the saga's lease row, which a fenced append share-locks, and has inserted,
-    uncommitted, seq 1 of each new saga, which an append of that seq waits for.
+    holds the saga's lease row, which a checked append share-locks, and has inserted,
+    uncommitted, the saga's next seq and seq 1 of each new saga, which an append of that
+    seq waits for (an append under a lease just taken checks nothing).
     """
     if url.startswith("sqlite"):
-        holder = sqlite3.connect(urlsplit(url).path, isolation_level=None)
+        # Any thread may let go (see `released_after`).
+        holder = sqlite3.connect(urlsplit(url).path, isolation_level=None, check_same_thread=False)
         holder.execute("BEGIN IMMEDIATE")
         try:
             yield lambda: holder.execute("ROLLBACK") if holder.in_transaction else None
@@ -230,17 +248,37 @@ def writes_held(
     database = sagacity.journal.database  # type: ignore[attr-defined]
     conn = psycopg.connect(database.settings.conninfo)
     conn.execute(f"SELECT 1 FROM {database.tables.lease} WHERE saga_id = %s FOR UPDATE", (saga_id,))
-    for new in new_sagas:
+    last = conn.execute(
+        f"SELECT coalesce(max(seq), 0) FROM {database.tables.journal} WHERE saga_id = %s",
+        (saga_id,),
+    ).fetchone()
+    assert last is not None
+    for new, seq in [(saga_id, last[0] + 1), *((n, 1) for n in new_sagas)]:
         conn.execute(
             f"INSERT INTO {database.tables.journal} VALUES "
-            "(%s, 1, 'INTENT', NULL, NULL, NULL, 'null', '', '', '')",
-            (new,),
+            "(%s, %s, 'INTENT', NULL, NULL, NULL, 'null', '', '', '')",
+            (new, seq),
         )
     try:
         yield conn.rollback
     finally:
         conn.rollback()
         conn.close()
+
+
+@contextlib.contextmanager
+def released_after(let_go: Callable[[], None], seconds: float = 10) -> Iterator[None]:
+    """Let the held writes go from another thread after `seconds`, should the loop be stuck.
+
+    A write made on the loop's thread would wait for the writes held by the loop itself
+    forever; let go, the test fails on what it asserts instead of hanging.
+    """
+    timer = threading.Timer(seconds, let_go)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -334,6 +372,143 @@ class TestTheLoopIsNotBlocked:
             assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-x")
             assert ticks == [0, 1, 2, 3, 4]
             assert ledger.intent_first == [True]
+        finally:
+            sagacity.close()
+
+
+class LetIn:
+    """A saga's work that waits to be let in, then makes `call`: its lease is taken by then."""
+
+    def __init__(self, call: Callable[[], Awaitable[Any]]) -> None:
+        self.call = call
+        self.entered = asyncio.Event()
+        self.go = asyncio.Event()
+        self.scope: Any = None
+
+    async def __call__(self) -> Any:
+        self.scope = current_scope()
+        self.entered.set()
+        await self.go.wait()
+        return await self.call()
+
+
+class TestTheApprovalGateOffTheLoop:
+    """An IRREVERSIBLE call's approval gate reads and writes on a worker thread.
+
+    It journals AWAITING_APPROVAL and stores the request, or checks the approval and
+    journals INTENT: the loop goes on meanwhile, as the ticks show.
+    """
+
+    @staticmethod
+    async def held_while(running: asyncio.Task[Any]) -> list[int]:
+        """Tick the loop five times while the task waits on the held writes."""
+        ticks = []
+        for tick in range(5):
+            ticks.append(tick)
+            await asyncio.sleep(0.02)
+        assert not running.done(), "the gate did not wait for the held writes"
+        return ticks
+
+    async def test_asked_and_run_while_the_loop_goes_on(self, shared_store_url: str) -> None:
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+            for run in (sagacity.asaga, sagacity.aresume_saga):
+                work = LetIn(lambda: tools["wire"]("250.00"))
+                running = asyncio.create_task(run("gated", work))
+                await work.entered.wait()
+                with (
+                    writes_held(shared_store_url, sagacity, "gated") as let_go,
+                    released_after(let_go),
+                ):
+                    work.go.set()
+                    assert await self.held_while(running) == [0, 1, 2, 3, 4]
+                    let_go()
+                    result = await running
+                if run == sagacity.asaga:
+                    assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+                    assert ledger.ran == []
+                    sagacity.approve("gated", approver="alice")
+            assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "wire-250.00")
+            assert ledger.ran == ["wire 250.00"]
+            assert [e.phase for e in sagacity.journal.entries("gated")] == [
+                Phase.AWAITING_APPROVAL,
+                Phase.APPROVED,
+                Phase.INTENT,
+                Phase.EXECUTED,
+                Phase.ENDED,
+            ]
+        finally:
+            sagacity.close()
+
+    async def test_an_adapters_check_leaves_the_loop_free(self, shared_store_url: str) -> None:
+        """`apending_approval`, the adapters' check, asks off the loop too."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        (wire,) = [t for t in sagacity.wrap(Ledger()) if t.name == "wire"]
+        try:
+            work = LetIn(lambda: wire.apending_approval(("250.00",), call_id="fw-1"))
+            running = asyncio.create_task(sagacity.asaga("checked", work))
+            await work.entered.wait()
+            with (
+                writes_held(shared_store_url, sagacity, "checked") as let_go,
+                released_after(let_go),
+            ):
+                work.go.set()
+                assert await self.held_while(running) == [0, 1, 2, 3, 4]
+                let_go()
+                request = (await running).value
+            assert (request.call_id, request.input) == ("fw-1", {"amount": "250.00"})
+            assert [p.request_id for p in sagacity.pending("checked")] == [request.request_id]
+        finally:
+            sagacity.close()
+
+    async def test_cancelled_while_its_approved_intent_commits_it_runs_once(
+        self, shared_store_url: str
+    ) -> None:
+        """A cancel that comes while the gate journals the approved INTENT is held.
+
+        The call runs and its EXECUTED is journaled, then the task is cancelled: the
+        approved call is not left in doubt, and a later run replays it.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+
+        def wire() -> LetIn:
+            return LetIn(lambda: tools["wire"]("250.00"))
+
+        try:
+            work = wire()
+            work.go.set()
+            assert (await sagacity.asaga("cut", work)).outcome is SagaOutcome.AWAITING_APPROVAL
+            sagacity.approve("cut", approver="alice")
+            work = wire()
+            running = asyncio.create_task(sagacity.aresume_saga("cut", work))
+            await work.entered.wait()
+            with (
+                writes_held(shared_store_url, sagacity, "cut") as let_go,
+                released_after(let_go),
+            ):
+                work.go.set()
+                await until(lambda: work.scope._gating == 1, "the gate runs")
+                running.cancel()
+                await asyncio.sleep(0.02)
+                let_go()
+                with pytest.raises(asyncio.CancelledError):
+                    await running
+            assert ledger.ran == ["wire 250.00"]
+            assert [e.phase for e in sagacity.journal.entries("cut")] == [
+                Phase.AWAITING_APPROVAL,
+                Phase.APPROVED,
+                Phase.INTENT,
+                Phase.EXECUTED,
+            ]
+            work = wire()
+            work.go.set()
+            again = await sagacity.aresume_saga("cut", work)
+            assert (again.outcome, again.value) == (SagaOutcome.COMPLETED, "wire-250.00")
+            assert ledger.ran == ["wire 250.00"]
         finally:
             sagacity.close()
 

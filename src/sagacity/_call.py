@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, Protocol
 
 from sagacity import _telemetry
 from sagacity._classify import FailureKind, error_json
 from sagacity._history import CONTROL_FLOW, CallState, payload_of
 from sagacity._ids import require_id
-from sagacity._offloop import finished_off_loop
+from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope
 from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
@@ -32,7 +33,7 @@ from sagacity.errors import (
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
 from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
-__all__ = ["PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
+__all__ = ["HELD_CANCEL", "PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
 
 _CONFLICT_RETRIES = 8
 """How often an approved call re-checks after another writer appended to its saga first."""
@@ -40,6 +41,8 @@ _CONFLICT_RETRIES = 8
 REPLAY = object()
 PAUSE = object()
 RUN = object()
+HELD_CANCEL = object()
+"""With RUN: the task was cancelled as the call's INTENT was journaled; raise it at the end."""
 
 # On Python 3.11 `Phase.INTENT` goes through EnumType.__getattr__ (0.07 µs): the hot path
 # uses these.
@@ -64,7 +67,7 @@ class JournaledTool(Protocol):
 class Call:
     """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
 
-    __slots__ = ("attempt", "call_id", "input", "intent", "request", "scope", "tool")
+    __slots__ = ("attempt", "call_id", "input", "intent", "refused", "request", "scope", "tool")
 
     def __init__(
         self,
@@ -75,32 +78,46 @@ class Call:
         call_id: str | None,
         *,
         peek: bool = False,
+        deferred: bool = False,
     ) -> None:
+        """Take the call's id and convert its input; an invalid one is refused.
+
+        Refused, the call raises, after journaling REFUSED; `deferred`, it leaves both to
+        `refused` instead, for async code to run off the loop.
+        """
         self.tool = tool
         self.scope = scope
+        self.attempt = 1
+        self.intent: JournalEntry | None = None
+        self.request: ApprovalRequest | None = None
+        self.refused: Callable[[], None] | None = None
+        """Set when the call was refused: journals REFUSED and raises the refusal."""
         if call_id is not None:
             try:
                 self.call_id = require_id(
                     call_id, f"saga {scope.saga_id!r}: tool {tool.name!r} call id"
                 )
             except InvalidIdError as error:
-                self._refuse(None, "invalid_call_id", error)
-                raise
+                self._refused(None, "invalid_call_id", error, deferred)
+                return
         elif peek:
             self.call_id = scope.peek_call_id(tool.name)
         else:
             self.call_id = scope.next_call_id(tool.name)
-        self.attempt = 1
-        self.intent: JournalEntry | None = None
-        self.request: ApprovalRequest | None = None
         try:
             self.input = tool.input_of(args, kwargs)
         except SerializationError as error:
-            self._refuse(self.call_id, "unserializable_input", error)
-            raise
+            self._refused(self.call_id, "unserializable_input", error, deferred)
 
-    def _refuse(self, call_id: str | None, reason: str, error: SagacityError) -> None:
-        """Journal a call refused before it ran (its id or arguments), and fail the saga.
+    def _refused(
+        self, call_id: str | None, reason: str, error: SagacityError, deferred: bool
+    ) -> None:
+        self.refused = functools.partial(self._refuse, call_id, reason, error)
+        if not deferred:
+            self.refused()
+
+    def _refuse(self, call_id: str | None, reason: str, error: SagacityError) -> NoReturn:
+        """Journal a call refused before it ran (its id or arguments), fail the saga, raise.
 
         Nothing ran; but a framework that turns the error into a message lets the model
         go on as if the step had been taken, so the saga must not end COMPLETED.
@@ -110,6 +127,7 @@ class Call:
             # Once the work returned, the call is refused for that when it begins.
             if scope.refuse(error, tool_name=self.tool.name, call_id=call_id, reason=reason):
                 scope.fail(error)
+        raise error
 
     def begin(self) -> tuple[object, Any]:
         """Return (REPLAY, result), (PAUSE, request) or (RUN, None) after INTENT."""
@@ -132,15 +150,14 @@ class Call:
         that it does not end COMPLETED with a call in doubt.
         """
         scope, tool = self.scope, self.tool
+        if scope._gating:
+            await scope.settled()
         if (
             tool.reversibility is _IRREVERSIBLE
             or tool.approval_reason is not None
             or self.call_id in scope.history.asked
         ):
-            # The approval gate (rare, and paced by a human) runs as the sync path does,
-            # on the loop's thread: sibling calls of one turn then reach the journal in the
-            # order the framework started them, which the adapters' pauses rely on.
-            return self.begin()
+            return await self._agated()
         with scope.lock:
             decided = self._decide()
         if isinstance(decided, tuple):
@@ -154,6 +171,23 @@ class Call:
                 scope.fail(cancelled)  # its INTENT is (or may be) in the journal, in doubt
             raise
         return RUN, None
+
+    async def _agated(self) -> tuple[object, Any]:
+        """`begin` through the approval gate, on a worker thread (see `SagaScope.gate`).
+
+        Cancelled meanwhile, the task waits for the gate to finish. If it journaled the
+        approved call's INTENT, the cancel is held until the call's outcome is journaled
+        (`ainvoke` raises it then), as if it had come as the call finished: the call runs
+        once, and is not left in doubt by a cancel that came before it started. Else the
+        cancel is raised: a request it asked for stays stored, and a new run finds it.
+        """
+        try:
+            return await self.scope.gate(self.begin)
+        except FinishedThenCancelled as cancelled:
+            decision, _ = cancelled.result
+            if decision is not RUN:
+                raise asyncio.CancelledError() from None
+            return RUN, HELD_CANCEL
 
     def _decide(self) -> tuple[object, Any] | dict[str, JsonValue]:
         """Under the scope's lock: the replay or pause to return, or the INTENT's payload."""
@@ -474,6 +508,8 @@ class Call:
 
     async def afailed(self, error: BaseException) -> None:
         """`failed` from async code: the loop awaits the FAILED entry's commit."""
+        if self.scope._gating:
+            await self.scope.settled()  # `_failure_payload` takes the scope's lock
         payload = self._failure_payload(error)
         try:
             await self._aappend_outcome(Phase.FAILED, payload)

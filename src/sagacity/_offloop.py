@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["finished_off_loop"]
+__all__ = ["FinishedThenCancelled", "finished_off_loop"]
 
 T = TypeVar("T")
+
+
+class FinishedThenCancelled(asyncio.CancelledError):
+    """The task was cancelled while its step ran off the loop, and the step returned."""
+
+    def __init__(self, result: Any) -> None:
+        super().__init__()
+        self.result = result
+        """What the step returned."""
 
 
 async def finished_off_loop(function: Callable[[], T]) -> T:
@@ -16,8 +25,7 @@ async def finished_off_loop(function: Callable[[], T]) -> T:
 
     The loop is never blocked on it. A cancel of the awaiting task does not abandon it
     half done or unstarted: the task waits for it to finish, then raises
-    `CancelledError`; what it wrote is in the store, and the caller can tell from its
-    own state.
+    `FinishedThenCancelled` with what it returned, or `CancelledError` if it raised.
     """
     running = asyncio.ensure_future(asyncio.to_thread(function))
     cancelled = False
@@ -29,7 +37,7 @@ async def finished_off_loop(function: Callable[[], T]) -> T:
         except BaseException:
             break
     if cancelled:
-        if not running.cancelled():
-            running.exception()  # retrieved: its error is the cancel's now
-        raise asyncio.CancelledError()
+        if running.cancelled() or running.exception() is not None:
+            raise asyncio.CancelledError()  # its error, retrieved, is the cancel's now
+        raise FinishedThenCancelled(running.result())
     return running.result()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from sagacity import _telemetry
 from sagacity._history import SagaHistory
+from sagacity._offloop import finished_off_loop
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
@@ -71,6 +72,17 @@ class SagaScope:
         """The principal who started the saga, as its journal records it (or as this run
         was opened with): recorded in its first entry and in every approval request."""
         self._counters: dict[str, int] = {}
+        self._ids = threading.Lock()
+        """Guards `_counters` alone: a call takes its id on the loop while a gate may hold
+        `lock` on a worker thread."""
+        self._gate_turn = asyncio.Lock()
+        """Taken by each gate in turn, in the order they were called (asyncio's is FIFO)."""
+        self._gating = 0
+        """Gates holding or waiting for `_gate_turn`: loop-side work of the saga waits."""
+        self._writing = 0
+        """Async appends of the saga under way on the loop: a gate waits for them."""
+        self._written: asyncio.Future[None] | None = None
+        """Set when `_writing` drops to 0 while a gate waits for it."""
 
     def next_call_id(self, tool_name: str) -> str:
         """Make the next call id for a tool without a framework id: `name#1`, `name#2`, ….
@@ -78,14 +90,14 @@ class SagaScope:
         Deterministic, so work run again after a crash or a resume finds the calls
         it made before in the journal and replays them instead of running them twice.
         """
-        with self.lock:
+        with self._ids:
             count = self._counters.get(tool_name, 0) + 1
             self._counters[tool_name] = count
         return f"{tool_name}#{count}"
 
     def peek_call_id(self, tool_name: str) -> str:
         """Return the id `next_call_id` will make next, without taking it."""
-        with self.lock:
+        with self._ids:
             return f"{tool_name}#{self._counters.get(tool_name, 0) + 1}"
 
     def append(
@@ -122,19 +134,62 @@ class SagaScope:
         """`append` from async code: the event loop awaits the journal, never waits on it.
 
         The scope's lock is not held across the wait (it is a thread lock); the journal
-        orders the saga's appends, and the history indexes them by seq.
+        orders the saga's appends, and the history indexes them by seq. An append waits
+        for a gate running off the loop (see `gate`), and a gate for the appends under way.
         """
+        if self._gating:
+            await self.settled()
         if self.started_by:  # else `_first_payload` changes nothing: no lock to take
             with self.lock:
                 payload = self._first_payload(payload)
-        return await self.history.aappend(
-            self.owner.journal,
-            phase,
-            tool_name=tool_name,
-            call_id=call_id,
-            ref_seq=ref_seq,
-            payload=payload,
-        )
+        self._writing += 1
+        try:
+            return await self.history.aappend(
+                self.owner.journal,
+                phase,
+                tool_name=tool_name,
+                call_id=call_id,
+                ref_seq=ref_seq,
+                payload=payload,
+            )
+        finally:
+            self._writing -= 1
+            if not self._writing and self._written is not None:
+                if not self._written.done():
+                    self._written.set_result(None)
+                self._written = None
+
+    async def gate(self, step: Callable[[], T]) -> T:
+        """Run `step`, a sync step of the approval gate, on a worker thread; return its result.
+
+        The loop goes on meanwhile, but not with this saga: gates run one at a time, in
+        the order they were called, each once the saga's async appends under way have
+        landed, and the saga's loop-side work waits for them (`settled`). So `step` may
+        read, reload and append to the history under `lock` from its thread, and sibling
+        calls reach the journal in the order the framework started them.
+
+        Cancelled while `step` runs, the task waits for it to finish (see
+        `finished_off_loop`): `FinishedThenCancelled` carries what it returned.
+        """
+        self._gating += 1
+        try:
+            async with self._gate_turn:
+                while self._writing:
+                    self._written = asyncio.get_running_loop().create_future()
+                    await self._written
+                return await finished_off_loop(step)
+        finally:
+            self._gating -= 1
+
+    async def settled(self) -> None:
+        """Wait until no gate of this saga runs or waits (see `gate`).
+
+        Loop-side work that reads the history or takes `lock` awaits this first: a gate's
+        thread may hold the lock for a journal round trip, and the loop must not wait on it.
+        """
+        while self._gating:
+            async with self._gate_turn:
+                pass
 
     def _first_payload(self, payload: JsonValue) -> JsonValue:
         if self.started_by and not self.history.entries and isinstance(payload, dict):
@@ -274,7 +329,10 @@ async def arun_in(
         return None, error
     finally:
         _scope.reset(token)
-        scope.close()
+        try:
+            await scope.settled()  # a gate that a call of the work began ends before the saga
+        finally:
+            scope.close()
         if tracing is not None:
             tracing.saga_work_done(span)
     return _unconsumed_stream(scope, outcome)

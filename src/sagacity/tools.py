@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sagacity._call import PAUSE, REPLAY, Call
+from sagacity._call import HELD_CANCEL, PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
 from sagacity._owner import SagaOwner
 from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
@@ -245,7 +245,9 @@ class SagaTool:
         if scope is None:
             outcome = self.func(*args, **kwargs)
             return await outcome if inspect.isawaitable(outcome) else outcome
-        call = Call(self, scope, args, kwargs, call_id)
+        call = Call(self, scope, args, kwargs, call_id, deferred=True)
+        if call.refused is not None:
+            await scope.gate(call.refused)  # journals the refusal off the loop, and raises it
         decision, value = await call.abegin()
         if decision is REPLAY:
             return value
@@ -264,11 +266,15 @@ class SagaTool:
                     wait = await call.aretry(error)
                     if wait is None:
                         await call.afailed(error)
+                        if value is HELD_CANCEL:
+                            raise asyncio.CancelledError() from error
                         raise
                 await asyncio.sleep(wait)
         finally:
             _call.reset(token)
         await call.aexecuted(result)
+        if value is HELD_CANCEL:
+            raise asyncio.CancelledError()  # the cancel that came as the INTENT was journaled
         return result
 
     def pending_approval(
@@ -296,6 +302,23 @@ class SagaTool:
         # must not use it up, or the call would not find its own request.
         return Call(self, scope, args, kwargs or {}, call_id, peek=True).pending_request()
 
+    async def apending_approval(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> ApprovalRequest | None:
+        """`pending_approval` from async code, its journal and store I/O off the loop.
+
+        They run on a worker thread (see `SagaScope.gate`); a cancel waits for them.
+        """
+        scope = self._scope()
+        if scope is None:
+            return None
+        call = await _acall(self, scope, args, kwargs or {}, call_id, peek=True)
+        return await scope.gate(call.pending_request)
+
     def decline(
         self,
         args: tuple[Any, ...] = (),
@@ -318,6 +341,22 @@ class SagaTool:
         call = Call(self, scope, args, kwargs or {}, call_id, peek=True)
         return call.decline(source=source, reason=reason)
 
+    async def adecline(
+        self,
+        args: tuple[Any, ...] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        source: str,
+        reason: str = "",
+    ) -> JournalEntry | None:
+        """`decline` from async code, its journal and store I/O off the loop."""
+        scope = self._scope()
+        if scope is None:
+            return None
+        call = await _acall(self, scope, args, kwargs or {}, call_id, peek=True)
+        return await scope.gate(lambda: call.decline(source=source, reason=reason))
+
     def _scope(self) -> SagaScope | None:
         scope = current_scope()
         if scope is None:
@@ -337,3 +376,19 @@ class SagaTool:
                 f"{scope.saga_id!r}; wrap the tools with the Sagacity that runs the saga"
             )
         return scope
+
+
+async def _acall(
+    tool: SagaTool,
+    scope: SagaScope,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+    call_id: str | None,
+    *,
+    peek: bool = False,
+) -> Call:
+    """`Call(...)` from async code: a refused id or input is journaled off the loop."""
+    call = Call(tool, scope, args, kwargs, call_id, peek=peek, deferred=True)
+    if call.refused is not None:
+        await scope.gate(call.refused)  # raises the refusal
+    return call

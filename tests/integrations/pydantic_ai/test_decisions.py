@@ -221,12 +221,15 @@ class TestOneOfTwoApproved:
             await shop.resume(tampered, **{"w-1": True, "w-2": True})
 
         assert shop.tools.calls == [("send_wire", WIRE)]
+        # Each call passes the approval gate twice (PydanticAI's check, then the call's
+        # own), one gate at a time in the order of the calls: w-2's check comes before
+        # w-1's INTENT.
         assert journal_of(sagacity, SAGA)[4:] == [
-            ("INTENT", "send_wire", "w-1"),
             ("REFUSED", "send_wire", "w-2"),
+            ("INTENT", "send_wire", "w-1"),
             ("EXECUTED", "send_wire", "w-1"),
         ]
-        refused = sagacity.history(SAGA)[5]
+        refused = sagacity.history(SAGA)[4]
         assert refused.payload["reason"] == "input_mismatch"
         done = await shop.resume(first.all_messages(), **{"w-1": True, "w-2": True})
         assert done.outcome is SagaOutcome.COMPLETED

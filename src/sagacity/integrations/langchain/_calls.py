@@ -14,7 +14,7 @@ import contextlib
 import dataclasses
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from sagacity.adapter import SagaScope, payload_of
@@ -22,7 +22,7 @@ from sagacity.errors import ReplayMismatchError, SerializationError
 from sagacity.journal import sha256_hex
 from sagacity.tools import SagaTool
 
-__all__ = ["one_call_per_id"]
+__all__ = ["aone_call_per_id", "one_call_per_id"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -73,14 +73,83 @@ def one_call_per_id(
         ReplayMismatchError: A second call under the id: journaled REFUSED, not run, and
             raised from the saga when its work returns.
     """
-    if scope is None or call_id is None:
+    claim = _claim(tool, scope, call_id, args, kwargs)
+    if claim.refusal is not None:
+        claim.refuse()
+    try:
         yield
-        return
+    finally:
+        claim.release()
+
+
+@contextlib.asynccontextmanager
+async def aone_call_per_id(
+    tool: SagaTool,
+    scope: SagaScope | None,
+    call_id: str | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> AsyncIterator[None]:
+    """`one_call_per_id` from async code: a refusal is journaled off the loop."""
+    if scope is not None:
+        await scope.settled()  # the claim reads the history under the scope's lock
+    claim = _claim(tool, scope, call_id, args, kwargs)
+    if scope is not None and claim.refusal is not None:
+        await scope.gate(claim.refuse)
+    try:
+        yield
+    finally:
+        claim.release()
+
+
+@dataclasses.dataclass(slots=True)
+class _Claim:
+    """A call's claim on its id in this run: the use it counts as running, or its refusal."""
+
+    scope: SagaScope | None
+    tool: SagaTool
+    call_id: str
+    run: _RunCalls | None = None
+    use: _Use | None = None
+    refusal: ReplayMismatchError | None = None
+    digest: str = ""
+
+    def refuse(self) -> None:
+        """Journal the refusal (REFUSED) and raise it."""
+        scope, refusal = self.scope, self.refusal
+        assert scope is not None
+        assert refusal is not None
+        with scope.lock:
+            scope.refuse(
+                refusal,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                reason="duplicate_call_id",
+                request_id=None,
+                input_sha256=self.digest,
+            )
+            scope.refusal = refusal  # raised when the work returns, even if LangChain caught it
+        raise refusal
+
+    def release(self) -> None:
+        if self.run is not None and self.use is not None:
+            with self.run.lock:
+                self.use.running -= 1
+
+
+def _claim(
+    tool: SagaTool,
+    scope: SagaScope | None,
+    call_id: str | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> _Claim:
+    if scope is None or call_id is None:
+        return _Claim(scope, tool, call_id or "")
     try:
         digest = sha256_hex(tool.input_of(args, kwargs))
     except (SerializationError, TypeError):
-        yield  # the core refuses the call, and says why
-        return
+        return _Claim(scope, tool, call_id)  # the core refuses the call, and says why
     run = _run_of(scope)
     with run.lock:
         use = run.uses.get(call_id)
@@ -90,19 +159,13 @@ def one_call_per_id(
                 tool.name,
                 digest,
             ):
-                use = None  # not the journal's call: the core refuses it (tool or input)
-            else:
-                use = run.uses[call_id] = _Use(tool.name, digest)
+                return _Claim(scope, tool, call_id)  # not the journal's: the core refuses it
+            use = run.uses[call_id] = _Use(tool.name, digest)
         elif (use.tool_name, use.input_sha256) != (tool.name, digest) or use.running:
-            _refuse(scope, tool, call_id, digest, use)
-        if use is not None:
-            use.running += 1
-    try:
-        yield
-    finally:
-        if use is not None:
-            with run.lock:
-                use.running -= 1
+            refusal = _twice(scope, tool, call_id, digest, use)
+            return _Claim(scope, tool, call_id, refusal=refusal, digest=digest)
+        use.running += 1
+    return _Claim(scope, tool, call_id, run, use, digest=digest)
 
 
 def _journaled_use(scope: SagaScope, call_id: str) -> _Use | None:
@@ -121,25 +184,16 @@ def _journaled_use(scope: SagaScope, call_id: str) -> _Use | None:
     return None
 
 
-def _refuse(scope: SagaScope, tool: SagaTool, call_id: str, digest: str, owner: _Use) -> None:
+def _twice(
+    scope: SagaScope, tool: SagaTool, call_id: str, digest: str, owner: _Use
+) -> ReplayMismatchError:
     if (owner.tool_name, owner.input_sha256) == (tool.name, digest):
         other = "the same call, which is still running"
     else:
         other = f"a call of tool {owner.tool_name!r} with input sha256 {owner.input_sha256[:12]}…"
-    refusal = ReplayMismatchError(
+    return ReplayMismatchError(
         f"saga {scope.saga_id!r}: tool-call id {call_id!r} was given to two calls in one run: "
         f"{other}, and this call of tool {tool.name!r} with input sha256 {digest[:12]}…; "
         "this one is not run. A tool-call id must name one call: have the model call it "
         "again, under an id of its own"
     )
-    with scope.lock:
-        scope.refuse(
-            refusal,
-            tool_name=tool.name,
-            call_id=call_id,
-            reason="duplicate_call_id",
-            request_id=None,
-            input_sha256=digest,
-        )
-        scope.refusal = refusal  # raised when the work returns, even if LangChain caught it
-    raise refusal

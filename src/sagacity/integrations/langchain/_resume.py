@@ -14,7 +14,7 @@ then takes the values, so that its tool's own `interrupt()` gets the next one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables.config import var_child_runnable_config
 
@@ -29,7 +29,7 @@ from sagacity.integrations.langchain._graph import INTERRUPT_LOCK
 from sagacity.journal import JournalEntry, sha256_hex
 from sagacity.tools import SagaTool
 
-__all__ = ["RESUME_SOURCE", "decline_if_refused"]
+__all__ = ["RESUME_SOURCE", "adecline_if_refused", "decline_if_refused"]
 
 RESUME_SOURCE = "langgraph Command(resume)"
 """The `source` of the REJECTED entry journaled when a resume value says no."""
@@ -150,6 +150,54 @@ def decline_if_refused(
     same text, provided it is called with the input that was asked about. Returns None
     when nothing rejected the call: it goes on through sagacity's own check.
     """
+    found = _resume_refusal(tool, scope, call_id, args, kwargs)
+    if not isinstance(found, _Refusal):
+        return found
+    try:
+        entry = tool.decline(
+            args, kwargs, call_id=call_id, source=RESUME_SOURCE, reason=found.reason
+        )
+    except ApprovalError:
+        return None  # already run (it replays), or no longer usable: the core decides
+    return None if entry is None else found.message
+
+
+async def adecline_if_refused(
+    tool: SagaTool,
+    scope: SagaScope,
+    call_id: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> str | None:
+    """`decline_if_refused` from async code: REJECTED is journaled off the loop."""
+    await scope.settled()  # the history is read under the scope's lock
+    found = _resume_refusal(tool, scope, call_id, args, kwargs)
+    if not isinstance(found, _Refusal):
+        return found
+    try:
+        entry = await tool.adecline(
+            args, kwargs, call_id=call_id, source=RESUME_SOURCE, reason=found.reason
+        )
+    except ApprovalError:
+        return None
+    return None if entry is None else found.message
+
+
+class _Refusal(NamedTuple):
+    """A resume value said no to the call: decline it, then give the model `message`."""
+
+    reason: str
+    message: str
+
+
+def _resume_refusal(
+    tool: SagaTool,
+    scope: SagaScope,
+    call_id: str,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> str | _Refusal | None:
+    """The model's text for a call rejected before, the refusal to journal now, or None."""
     awaiting = _asked(scope, tool, call_id)
     if awaiting is None:
         return None
@@ -171,13 +219,7 @@ def decline_if_refused(
         if started is None or started.intent.seq < awaiting.seq:
             take_answers()  # it may run now: its tool's own interrupts get their own values
         return None
-    try:
-        entry = tool.decline(args, kwargs, call_id=call_id, source=RESUME_SOURCE, reason=reason)
-    except ApprovalError:
-        return None  # already run (it replays), or no longer usable: the core decides
-    if entry is None:
-        return None
-    return rejected_message(tool.name, request_id, reason)
+    return _Refusal(reason, rejected_message(tool.name, request_id, reason))
 
 
 def _same_input(

@@ -19,7 +19,7 @@ from sagacity.adapter import SagaScope, current_scope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ReplayMismatchError
-from sagacity.integrations.langchain._calls import one_call_per_id
+from sagacity.integrations.langchain._calls import aone_call_per_id, one_call_per_id
 from sagacity.integrations.langchain._graph import (
     can_interrupt,
     classify_langgraph_error,
@@ -27,7 +27,7 @@ from sagacity.integrations.langchain._graph import (
     pause_graph,
     warn_if_in_memory,
 )
-from sagacity.integrations.langchain._resume import decline_if_refused
+from sagacity.integrations.langchain._resume import adecline_if_refused, decline_if_refused
 from sagacity.tools import SagaTool, awaiting_approval_message
 
 if TYPE_CHECKING:
@@ -226,8 +226,8 @@ def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
     async def call(*args: Any, **kwargs: Any) -> Any:
         call_id = _tool_call_id.get()
         scope = current_scope()
-        with one_call_per_id(tool, scope, call_id, args, kwargs):
-            rejected = _rejected(tool, scope, call_id, args, kwargs)
+        async with aone_call_per_id(tool, scope, call_id, args, kwargs):
+            rejected = await _arejected(tool, scope, call_id, args, kwargs)
             if rejected is not None:
                 return _as_output(rejected, response_format)
             this_call = _Ran()
@@ -305,17 +305,29 @@ def _rejected(
     """The model's text for a paused call that the graph's resume value rejected, if any.
 
     Read before sagacity's check, so that a "no" stops the call even when sagacity holds
-    an approval for it. Only an IRREVERSIBLE call in a checkpointed graph can have been
-    paused and resumed.
+    an approval for it.
     """
-    if (
-        scope is None
-        or call_id is None
-        or tool.reversibility is not Reversibility.IRREVERSIBLE
-        or not can_interrupt()
-    ):
+    if scope is None or call_id is None or not _resumable(tool):
         return None
     return decline_if_refused(tool, scope, call_id, args, kwargs)
+
+
+async def _arejected(
+    tool: SagaTool,
+    scope: SagaScope | None,
+    call_id: str | None,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any],
+) -> str | None:
+    """`_rejected` from async code: a REJECTED entry is journaled off the loop."""
+    if scope is None or call_id is None or not _resumable(tool):
+        return None
+    return await adecline_if_refused(tool, scope, call_id, args, kwargs)
+
+
+def _resumable(tool: SagaTool) -> bool:
+    """Only an IRREVERSIBLE call in a checkpointed graph can have been paused and resumed."""
+    return tool.reversibility is Reversibility.IRREVERSIBLE and can_interrupt()
 
 
 def _as_output(message: str, response_format: str) -> Any:

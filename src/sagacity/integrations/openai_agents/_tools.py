@@ -193,9 +193,10 @@ class _ApprovalPolicy:
             return True
         arguments = (run_context, *args) if self.takes_context else tuple(args)
         try:
-            return self.tool.pending_approval(arguments, kwargs, call_id=call_id) is not None
+            waiting = await self.tool.apending_approval(arguments, kwargs, call_id=call_id)
         except ApprovalError:
             return True
+        return waiting is not None
 
 
 def _gate(built: FunctionTool, policy: _ApprovalPolicy) -> None:
@@ -245,7 +246,7 @@ class _RejectionWatch:
 
     async def __call__(self, run_context: RunContextWrapper[Any], agent: Any) -> bool:
         """Journal the rejections the run context holds, then answer the tool's own option."""
-        self.decline_rejected(run_context)
+        await self.decline_rejected(run_context)
         if isinstance(self.is_enabled, bool):
             return self.is_enabled
         enabled = self.is_enabled(run_context, agent)
@@ -253,12 +254,13 @@ class _RejectionWatch:
             enabled = await enabled
         return bool(enabled)
 
-    def decline_rejected(self, run_context: RunContextWrapper[Any]) -> None:
+    async def decline_rejected(self, run_context: RunContextWrapper[Any]) -> None:
         """Decline the tool's open requests that the run context rejects."""
         scope = current_scope()
         if scope is None or scope.owner is not self.tool.owner:
             return
         name = self.tool.name
+        await scope.settled()  # the history is read under the scope's lock
         with scope.lock:
             open_requests = scope.history.open_requests()
         for awaiting in open_requests:
@@ -268,7 +270,7 @@ class _RejectionWatch:
             if run_context.is_tool_approved(name, call_id) is not False:
                 continue
             try:
-                self.decliner.decline(
+                await self.decliner.adecline(
                     call_id=call_id,
                     source=REJECTION_SOURCE,
                     reason=run_context.get_rejection_message(name, call_id) or "",

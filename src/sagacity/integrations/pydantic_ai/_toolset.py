@@ -224,14 +224,14 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         if self._run is not None:
             self._run.messages = ctx.messages
         if isinstance(toolset, SagaToolset):
-            toolset._decline_denied(ctx.messages)
+            await toolset._decline_denied(ctx.messages)
         return toolset
 
     async def __aexit__(self, *args: Any) -> bool | None:
         """Leave the run; denials of its last step, which no later step shows, are journaled."""
         try:
             if args and args[0] is None and self._run is not None:
-                self._decline_denied(self._run.messages)
+                await self._decline_denied(self._run.messages)
         finally:
             exited = await super().__aexit__(*args)
         return exited
@@ -269,7 +269,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
             return await super().call_tool(name, tool_args, ctx, tool)
         framework_call = _FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
         if journaled.reversibility is Reversibility.IRREVERSIBLE:
-            _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
+            await _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
         return await journaled.ainvoke(
             (framework_call,),
             tool_args,
@@ -301,7 +301,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
             return None
         return self.policy.tool_for(name, tool.tool_def)
 
-    def _decline_denied(self, messages: list[ModelMessage]) -> None:
+    async def _decline_denied(self, messages: list[ModelMessage]) -> None:
         """Journal REJECTED for each call of `messages` that PydanticAI denied and sagacity holds.
 
         PydanticAI never calls a toolset for a denied call (`ToolDenied`, or `False` in
@@ -324,6 +324,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         ]
         if not denied:
             return
+        await scope.settled()  # the history is read under the scope's lock
         with scope.lock:
             open_requests = scope.history.open_requests()
         waiting = {(entry.call_id, entry.tool_name) for entry in open_requests}
@@ -334,7 +335,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
                 self.policy.sagacity, part.tool_name, "", Reversibility.IRREVERSIBLE
             )
             try:
-                decliner.decline(
+                await decliner.adecline(
                     (None,),
                     {},
                     call_id=part.tool_call_id,
@@ -354,7 +355,7 @@ def _bound(toolset: AbstractToolset[Any], run: _Run | None) -> AbstractToolset[A
     return bound
 
 
-def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | None) -> None:
+async def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | None) -> None:
     """Raise PydanticAI's `ApprovalRequired` unless this IRREVERSIBLE call may run now.
 
     A call that waits for approval, or one an approval check refuses, is deferred:
@@ -368,7 +369,7 @@ def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | 
     if scope is None or scope.failed:
         return  # the call itself says why it does not run (NoSagaError, SagaStateError)
     try:
-        waiting = tool.pending_approval((call,), call.tool_args, call_id=call_id)
+        waiting = await tool.apending_approval((call,), call.tool_args, call_id=call_id)
     except ApprovalError as refusal:
         raise ApprovalRequired(
             metadata={
