@@ -75,8 +75,9 @@ class Sagacity(ApprovalDecisions):
         require_signed_approvals: Count only approvals whose signature verifies with one
             of those keys: a row written into the journal without a key approves nothing.
         on_approval_request: Called with each new approval request after its
-            AWAITING_APPROVAL is committed, in the asking process; what it raises is
-            logged (logger `sagacity`), never raised.
+            AWAITING_APPROVAL is committed, in the asking process, on the asking thread
+            (for an async call, a worker thread); what it raises is logged (logger
+            `sagacity`), never raised.
 
     Raises:
         ConfigurationError: The clock returns a naive datetime, a TTL is negative, the
