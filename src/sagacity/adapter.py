@@ -15,12 +15,26 @@ module and the package's public names). Application code does not need it.
   `CONTROL_FLOW`: the FAILED kind of a framework's control-flow exit.
 
 Read the history under `scope.lock` when a decision depends on it: the framework may
-run other calls of the saga in other threads at the same time.
+run other calls of the saga in other threads at the same time. From async code, first
+`await scope.settled()`: an approval gate of the saga may hold the lock on a worker
+thread (`scope.gate(step)` runs a sync step so, alone among the saga's loop-side work).
+`finished_off_loop(step)` runs a sync step on a worker thread that a cancel waits for
+(`FinishedThenCancelled` carries what it returned).
 """
 
 from __future__ import annotations
 
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
+from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope, current_scope
 
-__all__ = ["CONTROL_FLOW", "CallState", "SagaHistory", "SagaScope", "current_scope", "payload_of"]
+__all__ = [
+    "CONTROL_FLOW",
+    "CallState",
+    "FinishedThenCancelled",
+    "SagaHistory",
+    "SagaScope",
+    "current_scope",
+    "finished_off_loop",
+    "payload_of",
+]

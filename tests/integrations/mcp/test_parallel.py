@@ -7,8 +7,10 @@ never compensated.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from mcp import Client, MCPError
@@ -187,3 +189,40 @@ class TestCancellation:
         assert depot.finished == ["7"]
         assert [e.phase.name for e in sagacity.history("t")] == ["INTENT", "EXECUTED", "ENDED"]
         assert ended.outcome is SagaOutcome.COMPLETED
+
+
+class TestTheLoopIsNotBlocked:
+    async def test_a_request_joins_and_leaves_its_saga_off_the_loop(self, tmp_path: Path) -> None:
+        """Taking the saga's lease, reading its journal and letting it go run on threads.
+
+        Another connection holds SQLite's write lock while a call comes in: the loop goes
+        on ticking while the request waits for it, and the call runs once it is let go.
+        Were the lease taken on the loop's thread, nothing could tick until the lock's
+        holder (a timer here, should the loop be stuck) let it go.
+        """
+        path = tmp_path / "sagacity.db"
+        sagacity, depot = Sagacity.from_url(f"sqlite:///{path}"), Depot()
+        depot.tasks_together.set()
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        let_go = threading.Timer(10, lambda: holder.execute("ROLLBACK"))
+        try:
+            async with Client(mcp_server(sagacity, depot)) as client:
+                holder.execute("BEGIN IMMEDIATE")
+                let_go.start()
+                call = asyncio.create_task(
+                    client.call_tool("book_courier", {"slot": "9am"}, meta=meta("held", "c1"))
+                )
+                ticks = []
+                for tick in range(5):
+                    ticks.append(tick)
+                    await asyncio.sleep(0.02)
+                assert not call.done(), "the request did not wait for the held lock"
+                let_go.cancel()
+                holder.execute("ROLLBACK")
+                assert text(await call) == "courier-9am"
+            assert ticks == [0, 1, 2, 3, 4]
+            assert [e.phase for e in sagacity.history("held")] == [Phase.INTENT, Phase.EXECUTED]
+        finally:
+            let_go.cancel()
+            holder.close()
+            sagacity.close()

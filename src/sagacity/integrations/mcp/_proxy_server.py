@@ -303,15 +303,15 @@ class _Handlers:
         try:
             if saga_id is None:
                 return await self._run(ctx, tool, params.name, arguments, None)
-            with self.sagas.tool_call(saga_id, call_id) as call:
+            async with self.sagas.tool_call(saga_id, call_id) as call:
                 result = await self._run(ctx, tool, params.name, arguments, call)
             # The user is asked with the saga let go: while they answer, an approver's
             # rejection (the approval page, the CLI) must be able to take its lease.
             request = call.awaiting
             if request is None or not await self._answered_accept(ctx, request):
                 return result
-            with self.sagas.tool_call(saga_id, call.claimed) as again:
-                if not _approved(again, request):
+            async with self.sagas.tool_call(saga_id, call.claimed) as again:
+                if not await _approved(again, request):
                     return result  # accepted, but no approver has approved: still waiting
                 return await self._run(ctx, tool, params.name, arguments, again)
         except SagacityError as error:  # raised on entering: the saga has ended
@@ -333,7 +333,7 @@ class _Handlers:
             if call is None:
                 value = await tool.ainvoke((), arguments)
             else:
-                call_id = call.call_id_for(tool, (), arguments)
+                call_id = await call.acall_id_for(tool, (), arguments)
                 value = await tool.ainvoke(
                     (), arguments, call_id=call_id, on_approval_needed=call.approval_needed
                 )
@@ -442,9 +442,10 @@ class _Handlers:
         return without_identity(await client.complete(params.ref, argument, context))
 
 
-def _approved(call: ToolCall, request: ApprovalRequest) -> bool:
+async def _approved(call: ToolCall, request: ApprovalRequest) -> bool:
     """Whether the journal, read again on entering the saga, holds `request`'s approval."""
     scope = call.saga.scope
+    await scope.settled()  # the history is read under the scope's lock
     with scope.lock:
         return bool(scope.history.approvals(request.seq))
 

@@ -10,13 +10,14 @@ server process, see the same saga.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import re
 import secrets
 import threading
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -25,7 +26,14 @@ from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
 # No public API opens a saga's scope for one request while the saga stays open across
 # requests, as `Sagacity.saga` does for one call of its work: the scope, its context
 # variable and the journal index below are internal, used in this module only.
-from sagacity.adapter import CONTROL_FLOW, SagaHistory, SagaScope, payload_of
+from sagacity.adapter import (
+    CONTROL_FLOW,
+    FinishedThenCancelled,
+    SagaHistory,
+    SagaScope,
+    finished_off_loop,
+    payload_of,
+)
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import (
@@ -117,6 +125,16 @@ class ToolCall:
             self.claimed = call_id
             return call_id
 
+    async def acall_id_for(
+        self, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> str:
+        """`call_id_for` from async code: its reads and refusal run off the loop.
+
+        It runs as an approval gate of the saga (`SagaScope.gate`): alone among the
+        saga's loop-side work, in the order the requests came.
+        """
+        return await self.saga.scope.gate(lambda: self.call_id_for(tool, args, kwargs))
+
     def _earlier_call(
         self, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]
     ) -> str | None:
@@ -151,19 +169,22 @@ def current_tool_call() -> ToolCall | None:
 class _OpenSaga:
     """A saga with calls running in this process; dropped when the last one returns."""
 
-    __slots__ = ("counters", "idle", "joined", "running", "running_ids", "scope")
+    __slots__ = ("counters", "idle", "joined", "opening", "running", "running_ids", "scope")
 
-    def __init__(
-        self, scope: SagaScope, joined: contextlib.AbstractContextManager[SagaScope]
-    ) -> None:
-        self.scope = scope
-        self.joined = joined
+    scope: SagaScope
+    """The saga's scope, set once it is joined: every request of it runs in this one."""
+
+    def __init__(self) -> None:
+        self.joined: contextlib.AbstractContextManager[SagaScope] | None = None
         """The join of the saga (its lease), held while any request of it runs here."""
+        self.opening = threading.Lock()
+        """Held while the saga is joined or let go: one request does it, the others wait."""
         self.counters: dict[str, int] = {}
         self.running = 0
         self.running_ids: set[str] = set()
         """Call ids that a request of this saga is running under now."""
-        self.idle: asyncio.Event | None = None
+        self.idle: concurrent.futures.Future[None] | None = None
+        """Set by an ending that waits for the running requests; settled once they left."""
 
     def claim(
         self, call_id: str, tool: SagaTool, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -257,14 +278,17 @@ class OpenSagas:
         self._open: dict[str, _OpenSaga] = {}
         self._ending: set[str] = set()
 
-    @contextlib.contextmanager
-    def tool_call(self, saga_id: str, call_id: str | None) -> Iterator[ToolCall]:
+    @contextlib.asynccontextmanager
+    async def tool_call(self, saga_id: str, call_id: str | None) -> AsyncIterator[ToolCall]:
         """Run the body as one call of saga `saga_id`: its scope is open, its calls journal.
+
+        Joining the saga (its lease, its journal) and letting it go run on worker threads
+        the loop awaits, finished even if the task is cancelled meanwhile.
 
         Raises:
             SagaStateError: The saga has ended, or is being ended.
         """
-        saga = self._enter(saga_id)
+        saga = await self._enter(saga_id)
         call = ToolCall(saga, call_id)
         call_token = _tool_call.set(call)
         try:
@@ -273,10 +297,27 @@ class OpenSagas:
         finally:
             _tool_call.reset(call_token)
             if call.claimed is not None:
+                await saga.scope.settled()  # `release` takes the scope's lock
                 saga.release(call.claimed)
-            self._leave(saga_id, saga)
+            await self._leave(saga_id, saga)
 
-    def _enter(self, saga_id: str) -> _OpenSaga:
+    async def _enter(self, saga_id: str) -> _OpenSaga:
+        try:
+            saga = await finished_off_loop(lambda: self._join(saga_id))
+        except FinishedThenCancelled as cancelled:
+            await self._leave(saga_id, cancelled.result)
+            raise
+        try:
+            # Approvals, other servers' calls and an ending may have been journaled
+            # elsewhere since the last call: the journal, not memory, says where it stands.
+            await saga.scope.gate(lambda: self._read(saga_id, saga))
+        except BaseException:
+            await self._leave(saga_id, saga)
+            raise
+        return saga
+
+    def _join(self, saga_id: str) -> _OpenSaga:
+        """Count a request in the saga, joining it if no other request holds it here."""
         with self._lock:
             if saga_id in self._ending:
                 raise SagaStateError(
@@ -284,49 +325,59 @@ class OpenSagas:
                 )
             saga = self._open.get(saga_id)
             if saga is None:
-                saga = self._hold(saga_id)
-                self._open[saga_id] = saga
+                saga = self._open[saga_id] = _OpenSaga()
             saga.running += 1
         try:
-            # Approvals, other servers' calls and an ending may have been journaled
-            # elsewhere since the last call: the journal, not memory, says where it stands.
-            saga.scope.refresh()
-            ended = saga.scope.history.ended
-            if ended is not None:
-                raise SagaStateError(
-                    f"saga {saga_id!r} ended {saga.scope.history.outcome} at seq {ended.seq}; "
-                    "a saga id is used once: start a new saga"
-                )
-            # A call that failed in an earlier request fails the saga: the core then
-            # refuses IRREVERSIBLE calls in it, as it does once a call of `Sagacity.saga`
-            # work has failed.
-            if saga.scope.history.has_failed_call():
-                saga.scope.failed = True
+            with saga.opening:
+                if saga.joined is None:
+                    joined = self.sagacity.join(saga_id)
+                    saga.scope = joined.__enter__()
+                    saga.joined = joined
         except BaseException:
-            self._leave(saga_id, saga)
+            self._let_go(saga_id, saga)
             raise
         return saga
 
-    def _hold(self, saga_id: str) -> _OpenSaga:
-        """Join the saga for the requests of it this process runs at once.
+    @staticmethod
+    def _read(saga_id: str, saga: _OpenSaga) -> None:
+        """Read the saga's journal again; refuse a saga that has ended."""
+        saga.scope.refresh()
+        ended = saga.scope.history.ended
+        if ended is not None:
+            raise SagaStateError(
+                f"saga {saga_id!r} ended {saga.scope.history.outcome} at seq {ended.seq}; "
+                "a saga id is used once: start a new saga"
+            )
+        # A call that failed in an earlier request fails the saga: the core then
+        # refuses IRREVERSIBLE calls in it, as it does once a call of `Sagacity.saga`
+        # work has failed.
+        if saga.scope.history.has_failed_call():
+            saga.scope.failed = True
 
-        Raises:
-            SagaBusyError: Another worker (another process, or `Sagacity.compensate`)
-                holds the saga.
-            SagaStateError: The saga ended.
-        """
-        joined = self.sagacity.join(saga_id)
-        return _OpenSaga(joined.__enter__(), joined)
+    async def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
+        await finished_off_loop(lambda: self._let_go(saga_id, saga))
 
-    def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
+    def _let_go(self, saga_id: str, saga: _OpenSaga) -> None:
+        """Count a request out; the last one lets the saga go (its lease)."""
         with self._lock:
             saga.running -= 1
-            if saga.running == 0:
-                if self._open.get(saga_id) is saga:
-                    del self._open[saga_id]
-                saga.joined.__exit__(None, None, None)  # the last request let go
-                if saga.idle is not None:
-                    saga.idle.set()
+            if saga.running:
+                return
+        with saga.opening:
+            with self._lock:
+                if saga.running:
+                    return  # a request came meanwhile: it keeps the join
+                joined, saga.joined = saga.joined, None
+            if joined is not None:
+                joined.__exit__(None, None, None)
+        with self._lock:
+            if saga.running:
+                return
+            if self._open.get(saga_id) is saga:
+                del self._open[saga_id]
+            idle, saga.idle = saga.idle, None
+        if idle is not None:
+            idle.set_result(None)
 
     @contextlib.contextmanager
     def ending(self, saga_id: str) -> Iterator[None]:
@@ -355,11 +406,12 @@ class OpenSagas:
                 raise SagaStateError(f"saga {saga_id!r} is being ended already")
             self._ending.add(saga_id)
             running = self._open.get(saga_id)
-            if running is not None and running.running:
-                running.idle = asyncio.Event()
+            idle = None
+            if running is not None:
+                idle = running.idle = concurrent.futures.Future()
         try:
-            if running is not None and running.idle is not None:
-                await running.idle.wait()
+            if idle is not None:
+                await asyncio.wrap_future(idle)  # settled by the last request to leave
             return await self._end(saga_id)
         finally:
             with self._lock:

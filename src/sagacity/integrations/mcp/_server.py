@@ -127,7 +127,7 @@ class SagaExtension(Extension):
         if saga_id is None:
             return await call_next(ctx)
         try:
-            with self._sagas.tool_call(saga_id, call_id) as call:
+            async with self._sagas.tool_call(saga_id, call_id) as call:
                 result = await call_next(ctx)
         except SagacityError as error:  # raised on entering: the saga has ended
             return error_result(f"tool {params.name!r}: {error}")
@@ -209,7 +209,7 @@ def tool_function(tool: SagaTool) -> Callable[..., Any]:
                 return await journaled.ainvoke(
                     args,
                     kwargs,
-                    call_id=call.call_id_for(journaled, args, kwargs),
+                    call_id=await call.acall_id_for(journaled, args, kwargs),
                     on_approval_needed=call.approval_needed,
                 )
             except SagacityError as error:
