@@ -133,6 +133,30 @@ class TestSwallowedRefusals:
         ]
         assert "tool 'charge' argument 'amount'" in refused[0].payload["error"]
 
+    async def test_refusals_in_async_work_are_journaled_alike(self, sagacity: Sagacity) -> None:
+        """From async code a refused input or call id is journaled (off the loop) the same."""
+        billing = Billing()
+        tools = tools_of(sagacity, billing)
+
+        async def work() -> str:
+            await tools["reserve"].ainvoke(("SKU-1",))
+            with contextlib.suppress(SerializationError):
+                await tools["charge"].ainvoke((float("nan"),))
+            with contextlib.suppress(InvalidIdError):
+                await tools["reserve"].ainvoke(("SKU-2",), call_id="a\x00b")
+            return "charged"
+
+        result = await sagacity.asaga("nan", work)
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert isinstance(result.error, SerializationError)
+        assert (billing.attempts, billing.log) == (0, ["reserve SKU-1", "release"])
+        refused = [e for e in sagacity.history("nan") if e.phase is Phase.REFUSED]
+        assert [(e.tool_name, e.call_id, e.payload["reason"]) for e in refused] == [
+            ("charge", "charge#1", "unserializable_input"),
+            ("reserve", None, "invalid_call_id"),
+        ]
+
 
 class TestRetries:
     def test_every_attempt_is_journaled_under_one_call_id(self, sagacity: Sagacity) -> None:

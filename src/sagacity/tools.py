@@ -316,7 +316,7 @@ class SagaTool:
         scope = self._scope()
         if scope is None:
             return None
-        call = await _acall(self, scope, args, kwargs or {}, call_id, peek=True)
+        call = await _apeek(self, scope, args, kwargs or {}, call_id)
         return await scope.gate(call.pending_request)
 
     def decline(
@@ -354,7 +354,7 @@ class SagaTool:
         scope = self._scope()
         if scope is None:
             return None
-        call = await _acall(self, scope, args, kwargs or {}, call_id, peek=True)
+        call = await _apeek(self, scope, args, kwargs or {}, call_id)
         return await scope.gate(lambda: call.decline(source=source, reason=reason))
 
     def _scope(self) -> SagaScope | None:
@@ -378,17 +378,18 @@ class SagaTool:
         return scope
 
 
-async def _acall(
+async def _apeek(
     tool: SagaTool,
     scope: SagaScope,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
     call_id: str | None,
-    *,
-    peek: bool = False,
 ) -> Call:
-    """`Call(...)` from async code: a refused id or input is journaled off the loop."""
-    call = Call(tool, scope, args, kwargs, call_id, peek=peek, deferred=True)
+    """The call a framework asks about, its id peeked, not taken.
+
+    A refused id or input is journaled off the loop, and raised.
+    """
+    call = Call(tool, scope, args, kwargs, call_id, peek=True, deferred=True)
     if call.refused is not None:
         await scope.gate(call.refused)  # raises the refusal
     return call
