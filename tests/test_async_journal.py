@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import sqlite3
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -491,7 +493,7 @@ class TestTheApprovalGateOffTheLoop:
                 released_after(let_go),
             ):
                 work.go.set()
-                await until(lambda: work.scope._gating == 1, "the gate runs")
+                await until(lambda: work.scope.gating, "the gate runs")
                 running.cancel()
                 await asyncio.sleep(0.02)
                 let_go()
@@ -509,6 +511,132 @@ class TestTheApprovalGateOffTheLoop:
             again = await sagacity.aresume_saga("cut", work)
             assert (again.outcome, again.value) == (SagaOutcome.COMPLETED, "wire-250.00")
             assert ledger.ran == ["wire 250.00"]
+        finally:
+            sagacity.close()
+
+
+class TestGatesAndTheirSiblings:
+    """What waits for a gate, and what does not, on every backend."""
+
+    async def test_an_outcome_behind_a_gate_is_journaled_through_a_cancel(
+        self, store_url: str
+    ) -> None:
+        """A call's EXECUTED that waits for a sibling's gate is journaled though cancelled.
+
+        The approved wire w1 runs while the new wire w2 is asked (its hook is slow), so
+        w1's EXECUTED waits for w2's gate; cancelled then, w1 is not left in doubt: the
+        EXECUTED lands and the cancel follows.
+        """
+        asking = threading.Event()
+        slow = [False]
+
+        def hook(request: Any) -> None:
+            if slow[0]:
+                asking.set()
+                time.sleep(0.3)
+
+        sagacity = Sagacity.from_url(store_url, on_approval_request=hook)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        outcomes: list[str] = []
+        try:
+            asked = await sagacity.asaga("x", lambda: tools["wire"].ainvoke(("1",), call_id="w1"))
+            assert asked.outcome is SagaOutcome.AWAITING_APPROVAL
+            sagacity.approve("x", approver="alice")
+            slow[0] = True
+
+            async def work() -> None:
+                w1 = asyncio.create_task(tools["wire"].ainvoke(("1",), call_id="w1"))
+                w2 = asyncio.create_task(tools["wire"].ainvoke(("2",), call_id="w2"))
+                await until(lambda: ledger.ran == ["wire 1"] and asking.is_set(), "w1 ran")
+                w1.cancel()
+                for task in (w1, w2):
+                    try:
+                        outcomes.append(str(await task)[:19])
+                    except asyncio.CancelledError as cancelled:
+                        outcomes.append(type(cancelled).__name__)
+
+            result = await sagacity.aresume_saga("x", work)
+            assert outcomes == ["CommittedThenCancelled", "[AWAITING_APPROVAL]"]
+            assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+            assert [(e.phase.name, e.call_id) for e in sagacity.history("x")] == [
+                ("AWAITING_APPROVAL", "w1"),
+                ("APPROVED", "w1"),
+                ("INTENT", "w1"),
+                ("AWAITING_APPROVAL", "w2"),
+                ("EXECUTED", "w1"),
+            ]
+        finally:
+            sagacity.close()
+
+    def test_one_saga_gated_from_two_loops_in_turn_and_at_once(self, store_url: str) -> None:
+        """Sync work may run event loops, one after another or in threads at once.
+
+        The gates are the first loop's to use them, and pass on once it stopped; a loop
+        that runs while another has them gates as sync code does. Every wire is asked.
+        """
+        sagacity = Sagacity.from_url(store_url)
+        tools = tools_by_name(sagacity, Ledger())
+
+        async def two_wires(first: int) -> list[Any]:
+            return list(
+                await asyncio.gather(tools["wire"](str(first)), tools["wire"](str(first + 1)))
+            )
+
+        def in_threads() -> None:
+            threads = [
+                threading.Thread(
+                    target=contextvars.copy_context().run, args=(asyncio.run, two_wires(n))
+                )
+                for n in (5, 7)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(20)
+                assert not thread.is_alive(), "a loop is stuck"
+
+        try:
+            result = sagacity.saga(
+                "loops", lambda: [asyncio.run(two_wires(1)), asyncio.run(two_wires(3))]
+            )
+            assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+            sagacity.saga("threads", in_threads)
+            assert [len(sagacity.pending(saga)) for saga in ("loops", "threads")] == [4, 4]
+        finally:
+            sagacity.close()
+
+    def test_a_hook_may_run_a_loop_of_its_own(self, store_url: str) -> None:
+        """A hook that runs async code of its own (a journaled call, here) does not stall.
+
+        It runs on the gate's thread, in the saga's context; its loop does not have the
+        saga's gates, so its call gates as sync code does, under the gate's own lock. (The
+        saga runs in a thread of its own, so that a stall fails the test.)
+        """
+        notified: list[str] = []
+        results: list[Any] = []
+
+        def hook(request: Any) -> None:
+            notified.append(asyncio.run(tools["reserve"]("notify")))
+
+        sagacity = Sagacity.from_url(store_url, on_approval_request=hook)
+        tools = tools_by_name(sagacity, Ledger())
+
+        def run() -> None:
+            results.append(asyncio.run(sagacity.asaga("hooked", lambda: tools["wire"]("10"))))
+
+        try:
+            saga = threading.Thread(target=run, daemon=True)
+            saga.start()
+            saga.join(20)
+            assert not saga.is_alive(), "the saga is stuck in its gate"
+            assert [r.outcome for r in results] == [SagaOutcome.AWAITING_APPROVAL]
+            assert notified == ["res-notify"]
+            assert [e.phase.name for e in sagacity.history("hooked")] == [
+                "AWAITING_APPROVAL",
+                "INTENT",
+                "EXECUTED",
+            ]
         finally:
             sagacity.close()
 

@@ -150,7 +150,7 @@ class Call:
         that it does not end COMPLETED with a call in doubt.
         """
         scope, tool = self.scope, self.tool
-        if scope._gating:
+        if scope.gating:
             await scope.settled()
         if (
             tool.reversibility is _IRREVERSIBLE
@@ -383,6 +383,7 @@ class Call:
         """
         scope = self.scope
         with scope.lock:
+            self._refuse_if_closed("its rejection is not journaled")  # no entry after the end
             scope.refresh()
             request = self._asked_request()
             if request is None:
@@ -508,8 +509,6 @@ class Call:
 
     async def afailed(self, error: BaseException) -> None:
         """`failed` from async code: the loop awaits the FAILED entry's commit."""
-        if self.scope._gating:
-            await self.scope.settled()  # `_failure_payload` takes the scope's lock
         payload = self._failure_payload(error)
         try:
             await self._aappend_outcome(Phase.FAILED, payload)

@@ -16,6 +16,7 @@ from sagacity._offloop import finished_off_loop
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
+from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
 if TYPE_CHECKING:
     from sagacity._owner import SagaOwner
@@ -72,17 +73,11 @@ class SagaScope:
         """The principal who started the saga, as its journal records it (or as this run
         was opened with): recorded in its first entry and in every approval request."""
         self._counters: dict[str, int] = {}
-        self._ids = threading.Lock()
-        """Guards `_counters` alone: a call takes its id on the loop while a gate may hold
-        `lock` on a worker thread."""
-        self._gate_turn = asyncio.Lock()
-        """Taken by each gate in turn, in the order they were called (asyncio's is FIFO)."""
-        self._gating = 0
-        """Gates holding or waiting for `_gate_turn`: loop-side work of the saga waits."""
-        self._writing = 0
-        """Async appends of the saga under way on the loop: a gate waits for them."""
-        self._written: asyncio.Future[None] | None = None
-        """Set when `_writing` drops to 0 while a gate waits for it."""
+        self._state = threading.Lock()
+        """Guards the call counters, the first error and `_gates` alone: the loop takes it
+        while a gate may hold `lock` on a worker thread."""
+        self._gates: _Gates | None = None
+        """The saga's approval gates, on the first event loop that used them (see `gate`)."""
 
     def next_call_id(self, tool_name: str) -> str:
         """Make the next call id for a tool without a framework id: `name#1`, `name#2`, ….
@@ -90,14 +85,14 @@ class SagaScope:
         Deterministic, so work run again after a crash or a resume finds the calls
         it made before in the journal and replays them instead of running them twice.
         """
-        with self._ids:
+        with self._state:
             count = self._counters.get(tool_name, 0) + 1
             self._counters[tool_name] = count
         return f"{tool_name}#{count}"
 
     def peek_call_id(self, tool_name: str) -> str:
         """Return the id `next_call_id` will make next, without taking it."""
-        with self._ids:
+        with self._state:
             return f"{tool_name}#{self._counters.get(tool_name, 0) + 1}"
 
     def append(
@@ -136,28 +131,37 @@ class SagaScope:
         The scope's lock is not held across the wait (it is a thread lock); the journal
         orders the saga's appends, and the history indexes them by seq. An append waits
         for a gate running off the loop (see `gate`), and a gate for the appends under way.
+        A cancel that comes while it waits for a gate withdraws an INTENT
+        (`AppendWithdrawn`: its call does not start), and is held for any other entry, an
+        outcome that is known, until it is committed (`CommittedThenCancelled`).
         """
-        if self._gating:
-            await self.settled()
+        gates = self._gates_here()
+        cancelled = False
+        if gates is not None and gates.gating:
+            cancelled = await gates.settle_holding_cancels()
+            if cancelled and phase is Phase.INTENT:
+                raise AppendWithdrawn()
         if self.started_by:  # else `_first_payload` changes nothing: no lock to take
             with self.lock:
                 payload = self._first_payload(payload)
-        self._writing += 1
+        appending = self.history.aappend(
+            self.owner.journal,
+            phase,
+            tool_name=tool_name,
+            call_id=call_id,
+            ref_seq=ref_seq,
+            payload=payload,
+        )
+        if gates is None:
+            return await appending  # another loop has the gates: none waits for this one
+        gates.writing += 1
         try:
-            return await self.history.aappend(
-                self.owner.journal,
-                phase,
-                tool_name=tool_name,
-                call_id=call_id,
-                ref_seq=ref_seq,
-                payload=payload,
-            )
+            entry = await appending
         finally:
-            self._writing -= 1
-            if not self._writing and self._written is not None:
-                if not self._written.done():
-                    self._written.set_result(None)
-                self._written = None
+            gates.wrote()
+        if cancelled:
+            raise CommittedThenCancelled(entry)
+        return entry
 
     async def gate(self, step: Callable[[], T]) -> T:
         """Run `step`, a sync step of the approval gate, on a worker thread; return its result.
@@ -170,16 +174,21 @@ class SagaScope:
 
         Cancelled while `step` runs, the task waits for it to finish (see
         `finished_off_loop`): `FinishedThenCancelled` carries what it returned.
+
+        The gates are the first event loop's to use them, and pass to another loop once
+        that one has stopped; on a loop that does not have them (a second loop running at
+        once, or one a step itself runs), `step` runs here, as in sync code.
         """
-        self._gating += 1
-        try:
-            async with self._gate_turn:
-                while self._writing:
-                    self._written = asyncio.get_running_loop().create_future()
-                    await self._written
-                return await finished_off_loop(step)
-        finally:
-            self._gating -= 1
+        gates = self._gates_here()
+        if gates is None:
+            return step()
+        return await gates.run(step)
+
+    @property
+    def gating(self) -> bool:
+        """A gate of this saga runs or waits (see `gate`)."""
+        gates = self._gates
+        return gates is not None and gates.gating > 0
 
     async def settled(self) -> None:
         """Wait until no gate of this saga runs or waits (see `gate`).
@@ -187,9 +196,21 @@ class SagaScope:
         Loop-side work that reads the history or takes `lock` awaits this first: a gate's
         thread may hold the lock for a journal round trip, and the loop must not wait on it.
         """
-        while self._gating:
-            async with self._gate_turn:
-                pass
+        gates = self._gates_here()
+        if gates is not None:
+            await gates.settled()
+
+    def _gates_here(self) -> _Gates | None:
+        """The saga's gates if the running loop has them, taking them if nobody does."""
+        loop = asyncio.get_running_loop()
+        gates = self._gates
+        if gates is not None and gates.loop is loop:
+            return gates
+        with self._state:
+            gates = self._gates
+            if gates is None or (gates.idle and not gates.loop.is_running()):
+                gates = self._gates = _Gates(loop)
+            return gates if gates.loop is loop else None
 
     def _first_payload(self, payload: JsonValue) -> JsonValue:
         if self.started_by and not self.history.entries and isinstance(payload, dict):
@@ -223,7 +244,7 @@ class SagaScope:
 
     def fail(self, error: BaseException) -> None:
         """Mark the saga failed by `error`: it compensates when its work returns."""
-        with self.lock:
+        with self._state:  # not `lock`: the loop marks a failure while a gate may hold that
             self.failed = True
             if self.error is None:
                 self.error = error
@@ -268,6 +289,63 @@ class SagaScope:
 
 
 T = TypeVar("T")
+
+
+class _Gates:
+    """A saga's approval gates on one event loop, and the loop-side appends they wait for."""
+
+    __slots__ = ("gating", "loop", "turn", "writing", "written")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.turn = asyncio.Lock()
+        """Taken by each gate in turn, in the order they were called (asyncio's is FIFO)."""
+        self.gating = 0
+        """Gates holding or waiting for `turn`: the saga's loop-side work waits."""
+        self.writing = 0
+        """Async appends of the saga under way on the loop: a gate waits for them."""
+        self.written: asyncio.Future[None] | None = None
+        """Set when `writing` drops to 0 while a gate waits for it."""
+
+    @property
+    def idle(self) -> bool:
+        return not self.gating and not self.writing
+
+    async def run(self, step: Callable[[], T]) -> T:
+        self.gating += 1
+        try:
+            async with self.turn:
+                while self.writing:
+                    self.written = self.loop.create_future()
+                    await self.written
+                return await finished_off_loop(step)
+        finally:
+            self.gating -= 1
+
+    async def settled(self) -> None:
+        while self.gating:
+            async with self.turn:
+                pass
+
+    async def settle_holding_cancels(self) -> bool:
+        """`settled`, through cancels: True if one came meanwhile, for the caller to raise."""
+        cancelled = False
+        while self.gating:
+            try:
+                async with self.turn:
+                    pass
+            except asyncio.CancelledError:
+                cancelled = True
+        return cancelled
+
+    def wrote(self) -> None:
+        """An append under way has landed (or failed)."""
+        self.writing -= 1
+        if not self.writing and self.written is not None:
+            if not self.written.done():
+                self.written.set_result(None)
+            self.written = None
+
 
 _scope: contextvars.ContextVar[SagaScope | None] = contextvars.ContextVar(
     "sagacity_scope", default=None
