@@ -42,6 +42,7 @@ from sagacity import (
     compensable,
     verify,
 )
+from sagacity.adapter import SagaScope, current_scope
 from sagacity.testing import FakeClock
 from tests._shop import Shop, order_then_wire, phases, tools_of
 
@@ -695,6 +696,27 @@ class TestPendingApproval:
         assert isinstance(second, ApprovalRequest)
         assert second.request_id != first.request_id
         assert sagacity.pending(SAGA) == [second]
+
+    async def test_a_decline_after_the_work_returned_is_refused(self, sagacity: Sagacity) -> None:
+        """A framework's "no" that comes after the work returned journals nothing.
+
+        No entry follows the end of a run: the request stays waiting, to be rejected
+        through `Sagacity.reject` or declined in the next run.
+        """
+        tool = tools_of(sagacity, Shop())["send_wire_transfer"]
+        scopes: list[SagaScope] = []
+
+        async def framework() -> Any:
+            scope = current_scope()
+            assert scope is not None
+            scopes.append(scope)
+            return await tool.apending_approval((), WIRE_INPUT, call_id="fw-1")
+
+        assert (await sagacity.asaga(SAGA, framework)).outcome is SagaOutcome.AWAITING_APPROVAL
+        with scopes[0].entered(), pytest.raises(SagaStateError, match="work returned"):
+            await tool.adecline((), WIRE_INPUT, call_id="fw-1", source="late", reason="no")
+        assert phases(sagacity.history(SAGA)) == [("AWAITING_APPROVAL", "send_wire_transfer", None)]
+        assert [r.state for r in sagacity.pending(SAGA)] == ["waiting"]
 
 
 class TestAcrossProcesses:
