@@ -15,7 +15,9 @@ For N = 1, 16 and 64, side by side in one run, on the same database:
   SQLite on N connections each awaited through a worker thread;
 - **loop lag**: the p99 of how late a 1 ms ticker on the same loop wakes, during the
   journaled run (and, for comparison, during the floor's): how long every other request
-  in that process would stall. The worst round's is reported.
+  in that process would stall. The worst round's is reported, with the longest pause of
+  Python's cyclic garbage collector in that round: a full collection stalls the loop
+  for tens of milliseconds whatever runs on it.
 
 And 16 threads of sync sagas against 16 threads doing the floor's two commits per call.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import sqlite3
 import statistics
@@ -33,7 +36,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sagacity import CompensationContext, Sagacity, compensable
 from sagacity.journal import GENESIS_HASH
@@ -113,12 +116,30 @@ def _phase(intent: bool) -> Any:
     return Phase.INTENT if intent else Phase.EXECUTED
 
 
+class Lag(NamedTuple):
+    """What a run did to its loop, in milliseconds."""
+
+    p99: float
+    """How late a 1 ms ticker woke, 99th percentile."""
+    gc: float
+    """The longest pause of the cyclic garbage collector meanwhile."""
+
+
 class LoopLag:
-    """A 1 ms ticker on the running loop; `p99` is how late it woke, in milliseconds."""
+    """A 1 ms ticker on the running loop, and the garbage collector's pauses meanwhile."""
 
     def __init__(self) -> None:
         self.lags: list[float] = []
         self._task: asyncio.Task[None] | None = None
+        self._collecting = 0.0
+        self._longest_collection = 0.0
+
+    def _collection(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._collecting = time.perf_counter()
+        else:
+            took = (time.perf_counter() - self._collecting) * 1000
+            self._longest_collection = max(self._longest_collection, took)
 
     async def _tick(self) -> None:
         while True:
@@ -128,21 +149,22 @@ class LoopLag:
 
     def __enter__(self) -> LoopLag:
         self._task = asyncio.get_running_loop().create_task(self._tick())
+        gc.callbacks.append(self._collection)
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._task is not None
         self._task.cancel()
+        gc.callbacks.remove(self._collection)
 
     @property
-    def p99(self) -> float:
-        if len(self.lags) < 2:
-            return float("nan")
-        return statistics.quantiles(self.lags, n=100)[98]
+    def result(self) -> Lag:
+        p99 = statistics.quantiles(self.lags, n=100)[98] if len(self.lags) >= 2 else float("nan")
+        return Lag(p99, self._longest_collection)
 
 
-async def journaled(sagacity: Sagacity, sagas: int, tag: str) -> tuple[float, float]:
-    """Calls per second of `sagas` concurrent async sagas, and the loop lag p99 (ms)."""
+async def journaled(sagacity: Sagacity, sagas: int, tag: str) -> tuple[float, Lag]:
+    """Calls per second of `sagas` concurrent async sagas, and their loop lag."""
     (tool,) = sagacity.wrap(reserve_inventory)
 
     async def one(index: int, calls: int, name: str) -> None:
@@ -159,13 +181,13 @@ async def journaled(sagacity: Sagacity, sagas: int, tag: str) -> tuple[float, fl
         start = time.perf_counter()
         await asyncio.gather(*(one(i, CALLS, tag) for i in range(sagas)))
         elapsed = time.perf_counter() - start
-    return sagas * CALLS / elapsed, lag.p99
+    return sagas * CALLS / elapsed, lag.result
 
 
 async def floor(
     insert: Callable[[int, tuple[Any, ...]], Awaitable[None]], sagas: int
-) -> tuple[float, float]:
-    """Calls per second of `sagas` tasks inserting a saga's rows, and the loop lag p99 (ms).
+) -> tuple[float, Lag]:
+    """Calls per second of `sagas` tasks inserting a saga's rows, and their loop lag.
 
     One commit per row, as a journaled call makes two.
     """
@@ -178,7 +200,7 @@ async def floor(
         start = time.perf_counter()
         await asyncio.gather(*(one(i) for i in range(sagas)))
         elapsed = time.perf_counter() - start
-    return sagas * CALLS / elapsed, lag.p99
+    return sagas * CALLS / elapsed, lag.result
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -204,7 +226,7 @@ def pg_schemas(url: str) -> Iterator[Callable[[str], str]]:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
 
 
-async def pg_floor(url: str, floor_url: str, sagas: int) -> tuple[float, float]:
+async def pg_floor(url: str, floor_url: str, sagas: int) -> tuple[float, Lag]:
     import psycopg
 
     probe = Sagacity.from_url(floor_url)  # creates the schema: the same table and index
@@ -285,7 +307,7 @@ def sqlite_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
-async def sqlite_floor(folder: Path, sagas: int) -> tuple[float, float]:
+async def sqlite_floor(folder: Path, sagas: int) -> tuple[float, Lag]:
     path = folder / f"floor-{uuid.uuid4().hex[:8]}.db"
     Sagacity.from_url(f"sqlite:///{path}").close()  # the same table and index
     conns = [sqlite_connection(path) for _ in range(sagas)]
@@ -346,7 +368,7 @@ def rounds_text() -> str:
 def compare(
     what: str,
     sagas: int,
-    run_floor: Callable[[], tuple[float, float]],
+    run_floor: Callable[[], tuple[float, Lag]],
     open_sagacity: Callable[[int], Sagacity],
 ) -> None:
     """Floor and journaled runs by turns; report the medians and the worst loop lag.
@@ -371,7 +393,7 @@ def compare(
         what,
         statistics.median(runs),
         statistics.median(floors),
-        (max(lags), max(floor_lags)),
+        (max(lags), max(floor_lags)),  # the worst rounds, by p99
         cost=statistics.median(ratios),
     )
 
@@ -420,16 +442,21 @@ def report(
     what: str,
     rate: float,
     floor_rate: float,
-    lags: tuple[float, float] | None,
+    lags: tuple[Lag, Lag] | None,
     *,
     cost: float | None = None,
 ) -> None:
-    """Print a line; `lags` is the worst round's loop lag p99, journaled and floor (ms).
+    """Print a line; `lags` is the worst round's loop lag, journaled and floor.
 
     `cost` is the cost per call against the floor's, when the median of per-round ratios
     was taken; else the ratio of the rates.
     """
-    lag_text = "" if lags is None else f", loop lag p99 {lags[0]:.2f} ms (floor's {lags[1]:.2f} ms)"
+    lag_text = (
+        ""
+        if lags is None
+        else f", loop lag p99 {lags[0].p99:.2f} ms (floor's {lags[1].p99:.2f} ms), "
+        f"longest GC pause {lags[0].gc:.1f} ms (floor's {lags[1].gc:.1f} ms)"
+    )
     cost = floor_rate / rate if cost is None else cost
     print(
         f"{what}: journaled {rate:,.0f} calls/s, floor {floor_rate:,.0f} calls/s "
