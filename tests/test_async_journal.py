@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import pytest
 
 from sagacity import (
@@ -64,6 +65,11 @@ class Ledger:
     @compensable(by="release")
     async def fail(self, sku: str) -> str:
         raise RuntimeError(f"out of {sku}")
+
+    @compensable(by="release")
+    async def slow(self, sku: str) -> str:
+        await asyncio.sleep(5)
+        return f"res-{sku}"
 
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     async def wire(self, amount: str) -> str:
@@ -465,13 +471,13 @@ class TestTheApprovalGateOffTheLoop:
         finally:
             sagacity.close()
 
-    async def test_cancelled_while_its_approved_intent_commits_it_runs_once(
+    async def test_cancelled_while_its_approved_intent_commits_it_is_not_started(
         self, shared_store_url: str
     ) -> None:
-        """A cancel that comes while the gate journals the approved INTENT is held.
+        """A cancel that comes while the gate journals the approved INTENT stops the call.
 
-        The call runs and its EXECUTED is journaled, then the task is cancelled: the
-        approved call is not left in doubt, and a later run replays it.
+        The tool is not started, and FAILED `not_started` says so: the call is not in
+        doubt, its approval still stands, and the next run runs it, once.
         """
         sagacity = Sagacity.from_url(shared_store_url)
         ledger = Ledger()
@@ -499,18 +505,26 @@ class TestTheApprovalGateOffTheLoop:
                 let_go()
                 with pytest.raises(asyncio.CancelledError):
                     await running
-            assert ledger.ran == ["wire 250.00"]
-            assert [e.phase for e in sagacity.journal.entries("cut")] == [
+            assert ledger.ran == []
+            entries = sagacity.journal.entries("cut")
+            assert [e.phase for e in entries] == [
                 Phase.AWAITING_APPROVAL,
                 Phase.APPROVED,
                 Phase.INTENT,
-                Phase.EXECUTED,
+                Phase.FAILED,
             ]
+            assert entries[-1].payload["kind"] == "not_started"
+            assert [r.state for r in sagacity.pending("cut")] == ["approved"]
             work = wire()
             work.go.set()
             again = await sagacity.aresume_saga("cut", work)
             assert (again.outcome, again.value) == (SagaOutcome.COMPLETED, "wire-250.00")
             assert ledger.ran == ["wire 250.00"]
+            assert [e.phase for e in sagacity.journal.entries("cut")][4:] == [
+                Phase.INTENT,
+                Phase.EXECUTED,
+                Phase.ENDED,
+            ]
         finally:
             sagacity.close()
 
@@ -636,6 +650,126 @@ class TestGatesAndTheirSiblings:
                 "AWAITING_APPROVAL",
                 "INTENT",
                 "EXECUTED",
+            ]
+        finally:
+            sagacity.close()
+
+
+class TestCancelScopes:
+    """anyio's cancel scopes (MCP, PydanticAI) cancel again at every await until they exit.
+
+    What sagacity waits for through a cancel, it waits for through all of them.
+    """
+
+    async def test_an_outcome_is_journaled_through_a_scope_that_cancels_again(
+        self, store_url: str
+    ) -> None:
+        """A call cancelled by a scope while its EXECUTED waits for a gate keeps it."""
+        asking = threading.Event()
+        slow = [False]
+
+        def hook(request: Any) -> None:
+            if slow[0]:
+                asking.set()
+                time.sleep(0.3)
+
+        sagacity = Sagacity.from_url(store_url, on_approval_request=hook)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        try:
+            slow[0] = True
+
+            async def work() -> None:
+                scope = anyio.CancelScope()
+
+                async def reserve() -> None:
+                    with scope:
+                        await tools["reserve"]("x")
+
+                reserving = asyncio.create_task(reserve())
+                wiring = asyncio.create_task(tools["wire"]("10"))
+                await until(lambda: ledger.ran[:1] == ["x"] and asking.is_set(), "x ran")
+                scope.cancel()
+                await asyncio.gather(reserving, wiring)
+
+            result = await sagacity.asaga("scoped", work)
+            assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+            assert [(e.phase.name, e.call_id) for e in sagacity.history("scoped")] == [
+                ("INTENT", "reserve#1"),
+                ("AWAITING_APPROVAL", "wire#1"),
+                ("EXECUTED", "reserve#1"),
+            ]
+        finally:
+            sagacity.close()
+
+    async def test_an_approved_call_cancelled_by_a_scope_is_not_started(
+        self, shared_store_url: str
+    ) -> None:
+        """The scope cancels while the gate journals the approved INTENT: not started."""
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        cancel = anyio.CancelScope()
+
+        async def scoped() -> str:
+            with cancel:
+                return str(await tools["wire"]("250.00"))
+            return "cancelled"
+
+        try:
+            asked = await sagacity.asaga("cut", lambda: tools["wire"]("250.00"))
+            assert asked.outcome is SagaOutcome.AWAITING_APPROVAL
+            sagacity.approve("cut", approver="alice")
+            work = LetIn(scoped)
+            running = asyncio.create_task(sagacity.aresume_saga("cut", work))
+            await work.entered.wait()
+            with (
+                writes_held(shared_store_url, sagacity, "cut") as let_go,
+                released_after(let_go),
+            ):
+                work.go.set()
+                await until(lambda: work.scope.gating, "the gate runs")
+                cancel.cancel()
+                await asyncio.sleep(0.02)
+                let_go()
+                result = await asyncio.wait_for(running, 20)
+            assert result.value == "cancelled"
+            assert ledger.ran == []
+            failed = sagacity.history("cut")[-1]
+            assert (failed.phase, failed.payload["kind"]) == (Phase.FAILED, "not_started")
+        finally:
+            sagacity.close()
+
+    def test_a_failure_is_journaled_through_a_scope_that_cancels_again(
+        self, store_url: str
+    ) -> None:
+        """A tool cut short by `anyio.move_on_after` gets its FAILED, and the saga ends.
+
+        (In a thread of its own, so that an append that never ends fails the test.)
+        """
+        sagacity = Sagacity.from_url(store_url)
+        tools = tools_by_name(sagacity, Ledger())
+        results: list[Any] = []
+
+        async def work() -> str:
+            with anyio.move_on_after(0.1):
+                await tools["slow"]("x")
+            return "moved on"
+
+        def run() -> None:
+            results.append(asyncio.run(sagacity.asaga("cut-short", work)))
+
+        try:
+            saga = threading.Thread(target=run, daemon=True)
+            saga.start()
+            saga.join(20)
+            assert not saga.is_alive(), "an append did not end"
+            (result,) = results
+            assert result.outcome is SagaOutcome.NEEDS_ATTENTION  # the cut call is in doubt
+            assert [e.phase for e in sagacity.history("cut-short")] == [
+                Phase.INTENT,
+                Phase.FAILED,
+                Phase.ENDED,
             ]
         finally:
             sagacity.close()

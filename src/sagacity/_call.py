@@ -10,7 +10,7 @@ from typing import Any, NoReturn, Protocol
 
 from sagacity import _telemetry
 from sagacity._classify import FailureKind, error_json
-from sagacity._history import CONTROL_FLOW, CallState, payload_of
+from sagacity._history import CONTROL_FLOW, NOT_STARTED, CallState, payload_of
 from sagacity._ids import require_id
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope
@@ -33,7 +33,7 @@ from sagacity.errors import (
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
 from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
-__all__ = ["HELD_CANCEL", "PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
+__all__ = ["PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
 
 _CONFLICT_RETRIES = 8
 """How often an approved call re-checks after another writer appended to its saga first."""
@@ -41,8 +41,6 @@ _CONFLICT_RETRIES = 8
 REPLAY = object()
 PAUSE = object()
 RUN = object()
-HELD_CANCEL = object()
-"""With RUN: the task was cancelled as the call's INTENT was journaled; raise it at the end."""
 
 # On Python 3.11 `Phase.INTENT` goes through EnumType.__getattr__ (0.07 µs): the hot path
 # uses these.
@@ -175,19 +173,21 @@ class Call:
     async def _agated(self) -> tuple[object, Any]:
         """`begin` through the approval gate, on a worker thread (see `SagaScope.gate`).
 
-        Cancelled meanwhile, the task waits for the gate to finish. If it journaled the
-        approved call's INTENT, the cancel is held until the call's outcome is journaled
-        (`ainvoke` raises it then), as if it had come as the call finished: the call runs
-        once, and is not left in doubt by a cancel that came before it started. Else the
-        cancel is raised: a request it asked for stays stored, and a new run finds it.
+        Cancelled meanwhile, the task waits for the gate to finish. If the gate journaled
+        the approved call's INTENT, the call is not started: FAILED `not_started` says
+        so, journaled through any further cancel, so the call is not in doubt and its
+        approval still stands for the next run; then the cancel is raised. A request the
+        gate asked for stays stored, and a new run finds it.
         """
         try:
             return await self.scope.gate(self.begin)
         except FinishedThenCancelled as cancelled:
             decision, _ = cancelled.result
-            if decision is not RUN:
-                raise asyncio.CancelledError() from None
-            return RUN, HELD_CANCEL
+            if decision is RUN:
+                await self._aappend_outcome(
+                    Phase.FAILED, {"kind": NOT_STARTED, "error": error_json(cancelled)}
+                )
+            raise
 
     def _decide(self) -> tuple[object, Any] | dict[str, JsonValue]:
         """Under the scope's lock: the replay or pause to return, or the INTENT's payload."""

@@ -13,9 +13,12 @@ from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal._lease import SagaLease
 from sagacity.journal._protocol import append_async
 
-__all__ = ["CallState", "SagaHistory", "payload_of"]
+__all__ = ["NOT_STARTED", "CallState", "SagaHistory", "payload_of"]
 
 OUTCOME_UNKNOWN = "outcome_unknown"
+NOT_STARTED = "not_started"
+"""The FAILED kind of an approved call whose task was cancelled as its INTENT was
+journaled, before the tool started: it did not run, and its approval still stands."""
 CONTROL_FLOW = "control_flow"
 RETRYABLE = "retryable"
 _MAY_HAVE_RUN = (OUTCOME_UNKNOWN, CONTROL_FLOW)
@@ -50,6 +53,11 @@ class CallState:
             return None
         kind = payload_of(self.outcome).get("kind")
         return kind if isinstance(kind, str) else None
+
+    @property
+    def not_started(self) -> bool:
+        """Cancelled before the tool started (FAILED `not_started`): the call did not run."""
+        return self.kind == NOT_STARTED
 
     @property
     def in_doubt(self) -> bool:
@@ -305,7 +313,7 @@ class SagaHistory:
             if self.rejected(entry.seq) is not None:
                 continue
             call = self.latest_call.get(entry.call_id or "")
-            if call is not None and call.intent.seq > entry.seq:
+            if call is not None and call.intent.seq > entry.seq and not call.not_started:
                 continue
             found.append(entry)
         return found

@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from sagacity.journal._group import cancel_of, through_cancels
+
 __all__ = ["FinishedThenCancelled", "finished_off_loop"]
 
 T = TypeVar("T")
@@ -24,20 +26,12 @@ async def finished_off_loop(function: Callable[[], T]) -> T:
     """Run `function` on a worker thread; return or raise what it does.
 
     The loop is never blocked on it. A cancel of the awaiting task does not abandon it
-    half done or unstarted: the task waits for it to finish, then raises
-    `FinishedThenCancelled` with what it returned, or `CancelledError` if it raised.
+    half done or unstarted: the task waits for it to finish (through any further cancel),
+    then raises `FinishedThenCancelled` with what it returned, or the cancel if it raised.
     """
-    running = asyncio.ensure_future(asyncio.to_thread(function))
-    cancelled = False
-    while not running.done():
-        try:
-            await asyncio.shield(running)
-        except asyncio.CancelledError:
-            cancelled = True
-        except BaseException:
-            break
-    if cancelled:
-        if running.cancelled() or running.exception() is not None:
-            raise asyncio.CancelledError()  # its error, retrieved, is the cancel's now
-        raise FinishedThenCancelled(running.result())
-    return running.result()
+    done, cancelled = await through_cancels(asyncio.to_thread(function))
+    if cancelled is None:
+        return done.result()
+    if done.exception() is not None:
+        raise cancel_of(asyncio.CancelledError(), cancelled)  # its error is the cancel's now
+    raise cancel_of(FinishedThenCancelled(done.result()), cancelled)

@@ -16,7 +16,12 @@ from sagacity._offloop import finished_off_loop
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
-from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
+from sagacity.journal._group import (
+    RECORDS_AN_OUTCOME,
+    AppendWithdrawn,
+    CommittedThenCancelled,
+    cancel_of,
+)
 
 if TYPE_CHECKING:
     from sagacity._owner import SagaOwner
@@ -131,16 +136,16 @@ class SagaScope:
         The scope's lock is not held across the wait (it is a thread lock); the journal
         orders the saga's appends, and the history indexes them by seq. An append waits
         for a gate running off the loop (see `gate`), and a gate for the appends under way.
-        A cancel that comes while it waits for a gate withdraws an INTENT
-        (`AppendWithdrawn`: its call does not start), and is held for any other entry, an
-        outcome that is known, until it is committed (`CommittedThenCancelled`).
+        A cancel that comes while it waits for a gate withdraws an intent
+        (`AppendWithdrawn`: its call does not start), and is held for an outcome, which is
+        known, until it is committed (`CommittedThenCancelled`), as the journal holds it.
         """
         gates = self._gates_here()
-        cancelled = False
+        cancelled = None
         if gates is not None and gates.gating:
             cancelled = await gates.settle_holding_cancels()
-            if cancelled and phase is Phase.INTENT:
-                raise AppendWithdrawn()
+            if cancelled is not None and phase not in RECORDS_AN_OUTCOME:
+                raise cancel_of(AppendWithdrawn(), cancelled)
         if self.started_by:  # else `_first_payload` changes nothing: no lock to take
             with self.lock:
                 payload = self._first_payload(payload)
@@ -156,11 +161,11 @@ class SagaScope:
             return await appending  # another loop has the gates: none waits for this one
         gates.writing += 1
         try:
-            entry = await appending
+            entry = await appending  # an outcome, cancelled again, is kept by the journal
         finally:
             gates.wrote()
-        if cancelled:
-            raise CommittedThenCancelled(entry)
+        if cancelled is not None:
+            raise cancel_of(CommittedThenCancelled(entry), cancelled)
         return entry
 
     async def gate(self, step: Callable[[], T]) -> T:
@@ -327,15 +332,15 @@ class _Gates:
             async with self.turn:
                 pass
 
-    async def settle_holding_cancels(self) -> bool:
-        """`settled`, through cancels: True if one came meanwhile, for the caller to raise."""
-        cancelled = False
+    async def settle_holding_cancels(self) -> asyncio.CancelledError | None:
+        """`settled`, through cancels: the last that came meanwhile, for the caller to raise."""
+        cancelled = None
         while self.gating:
             try:
                 async with self.turn:
                     pass
-            except asyncio.CancelledError:
-                cancelled = True
+            except asyncio.CancelledError as error:
+                cancelled = error
         return cancelled
 
     def wrote(self) -> None:

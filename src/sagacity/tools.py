@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sagacity._call import HELD_CANCEL, PAUSE, REPLAY, Call
+from sagacity._call import PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
 from sagacity._owner import SagaOwner
 from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
@@ -266,15 +266,11 @@ class SagaTool:
                     wait = await call.aretry(error)
                     if wait is None:
                         await call.afailed(error)
-                        if value is HELD_CANCEL:
-                            raise asyncio.CancelledError() from error
                         raise
                 await asyncio.sleep(wait)
         finally:
             _call.reset(token)
         await call.aexecuted(result)
-        if value is HELD_CANCEL:
-            raise asyncio.CancelledError()  # the cancel that came as the INTENT was journaled
         return result
 
     def pending_approval(

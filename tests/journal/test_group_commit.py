@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from sagacity.journal import Phase
-from sagacity.journal._group import AppendRequest, GroupCommit, committed
+from sagacity.journal._group import AppendRequest, CommittedThenCancelled, GroupCommit, committed
 
 
 class Recorder:
@@ -94,12 +95,14 @@ class TestGroupCommit:
         """From the loop, the append is committed on the writer thread, never the loop's."""
         recorder = Recorder()
         group = GroupCommit(recorder.one, recorder.many, name="test")
-        entry = await committed(group.submit(AppendRequest("a", Phase.INTENT)))
+        entry = await committed(group.submit(AppendRequest("a", Phase.INTENT)), phase=Phase.INTENT)
         assert entry.saga_id == "a"
         ((saga, thread),) = recorder.alone
         assert (saga, thread) == ("a", "test-writer")
         with pytest.raises(ValueError, match="refused alone"):
-            await committed(group.submit(AppendRequest("refused", Phase.INTENT)))
+            await committed(
+                group.submit(AppendRequest("refused", Phase.INTENT)), phase=Phase.INTENT
+            )
         group.close()
 
     async def test_a_cancelled_wait_for_a_queued_append_withdraws_it(self) -> None:
@@ -111,7 +114,9 @@ class TestGroupCommit:
         )
         blocker.start()
         assert await asyncio.to_thread(recorder.first_started.wait, 10)
-        waiting = asyncio.ensure_future(committed(group.submit(AppendRequest("x", Phase.INTENT))))
+        waiting = asyncio.ensure_future(
+            committed(group.submit(AppendRequest("x", Phase.INTENT)), phase=Phase.INTENT)
+        )
         await asyncio.sleep(0.05)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -121,3 +126,39 @@ class TestGroupCommit:
         group.close()
         assert [saga for saga, _ in recorder.alone] == ["first"]
         assert recorder.batches == []
+
+    async def test_a_cancelled_wait_for_a_queued_outcome_keeps_it(self) -> None:
+        """An outcome is known: cancelled before its batch starts, it is committed all the same.
+
+        The caller gets `CommittedThenCancelled` with the entry once it is durable.
+        """
+        recorder = Recorder()
+
+        def entry(request: AppendRequest) -> Any:  # an entry as far as the cancel needs one
+            return types.SimpleNamespace(saga_id=request.saga_id, seq=1)
+
+        group = GroupCommit(
+            lambda r: entry(recorder.one(r)),
+            lambda rs: [entry(r) for r in recorder.many(rs)],
+            name="test",
+        )
+        blocker = threading.Thread(
+            target=group.append, args=(AppendRequest("first", Phase.INTENT),)
+        )
+        blocker.start()
+        assert await asyncio.to_thread(recorder.first_started.wait, 10)
+        waiting = asyncio.ensure_future(
+            committed(group.submit(AppendRequest("x", Phase.EXECUTED)), phase=Phase.EXECUTED)
+        )
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        await asyncio.sleep(0.05)
+        recorder.release.set()
+        with pytest.raises(CommittedThenCancelled) as kept:
+            await waiting
+        await asyncio.to_thread(blocker.join, 10)
+        group.close()
+        assert kept.value.entry.saga_id == "x"
+        committed_sagas = [saga for saga, _ in recorder.alone]
+        committed_sagas += [saga for batch in recorder.batches for saga in batch]
+        assert committed_sagas == ["first", "x"]

@@ -136,7 +136,8 @@ def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
 
     Raises:
         ApprovalRejectedError: A REJECTED entry answers the request.
-        ApprovalAlreadyUsedError: The call's INTENT follows the request.
+        ApprovalAlreadyUsedError: The call's INTENT follows the request (and the call was
+            not cancelled before it started).
     """
     saga, tool, rid = request.saga_id, request.tool_name, request.request_id
     rejected = history.rejected(request.seq)
@@ -147,7 +148,7 @@ def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
             f"{payload_of(rejected).get('reason')}"
         )
     call = history.latest_call.get(request.call_id)
-    if call is not None and call.intent.seq > request.seq:
+    if call is not None and call.intent.seq > request.seq and not call.not_started:
         raise ApprovalAlreadyUsedError(
             f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already "
             f"ran (INTENT at seq {call.intent.seq}); an approval is used once"

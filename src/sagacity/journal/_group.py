@@ -23,13 +23,15 @@ import concurrent.futures
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, TypeVar
 
 from sagacity.errors import JournalError
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._lease import SagaLease
+
+T = TypeVar("T")
 
 __all__ = [
     "AppendRequest",
@@ -342,23 +344,85 @@ class CommittedThenCancelled(asyncio.CancelledError):
         """The entry, durable in the journal."""
 
 
+RECORDS_AN_OUTCOME = frozenset(
+    {Phase.EXECUTED, Phase.FAILED, Phase.COMPENSATED, Phase.COMPENSATION_FAILED}
+)
+"""Phases whose entry says what happened: once asked for, never withdrawn by a cancel."""
+
+
+async def through_cancels(
+    awaitable: Awaitable[T],
+) -> tuple[asyncio.Future[T], asyncio.CancelledError | None]:
+    """Await `awaitable` to its end in a task of its own, whatever cancels its caller.
+
+    Returns the finished task and the last cancel that came meanwhile (None if none
+    did), for the caller to raise once it has what it must not lose. A canceller that
+    cancels again at every await (anyio's cancel scopes do) only makes this wait go
+    round: the task itself is not cancelled.
+    """
+    running = asyncio.ensure_future(awaitable)
+    cancelled: asyncio.CancelledError | None = None
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError as error:
+            if running.cancelled():  # cancelled itself, with the loop
+                raise
+            cancelled = error
+        except BaseException:
+            pass  # the task holds it
+    return running, cancelled
+
+
+async def kept(
+    appending: Awaitable[JournalEntry], cancelled: asyncio.CancelledError | None = None
+) -> JournalEntry:
+    """Await an append through any cancel (see `through_cancels`): its fate comes first.
+
+    Cancelled (now, or before, as `cancelled` says), it raises `CommittedThenCancelled`
+    with the entry, or a `CancelledError` if the append failed: written or not, unknown.
+    """
+    done, again = await through_cancels(appending)
+    caught = again or cancelled
+    if caught is None:
+        return done.result()
+    if done.exception() is not None:
+        raise cancel_of(asyncio.CancelledError(), caught)
+    raise cancel_of(CommittedThenCancelled(done.result()), caught)
+
+
+def cancel_of(error: asyncio.CancelledError, caught: asyncio.CancelledError) -> BaseException:
+    """`error` raised for the cancel `caught`: chained to it, as a canceller tells its own.
+
+    anyio, for one, recognizes its cancel by the message of a `CancelledError` or of one
+    in its `__context__`. Raise it outside an `except` block, which would set the
+    context to the error it handles.
+    """
+    error.__context__ = caught
+    return error
+
+
 async def committed(
     waiting: asyncio.Future[JournalEntry] | concurrent.futures.Future[JournalEntry],
     withdraw: Callable[[], bool] | None = None,
+    *,
+    phase: Phase,
 ) -> JournalEntry:
     """Await a queued append's future without blocking the event loop.
 
     Cancellation never leaves the caller guessing: an append whose batch has not
-    started is withdrawn (`AppendWithdrawn`: nothing is written); one already being
-    committed is waited for (a commit takes milliseconds), and `CommittedThenCancelled`
-    carries its entry. Both are `CancelledError`s, so the task ends cancelled as asked,
-    and the caller, which never sees the entry returned, does not act on it: a tool
-    whose INTENT was being committed is not started.
+    started is withdrawn (`AppendWithdrawn`: nothing is written), unless it records an
+    outcome, which is known and must not be lost; one already being committed is waited
+    for (a commit takes milliseconds), and `CommittedThenCancelled` carries its entry.
+    Both are `CancelledError`s, so the task ends cancelled as asked, and the caller,
+    which never sees the entry returned, does not act on it: a tool whose INTENT was
+    being committed is not started.
 
     Args:
         waiting: The append's future: a `GroupCommit.submit` one, or one of the loop's.
         withdraw: Takes the append out of its queue if its batch has not started, and
             says whether it did; by default, cancelling a `GroupCommit` future does it.
+        phase: The entry's phase: one that records an outcome is never withdrawn.
     """
     if isinstance(waiting, concurrent.futures.Future):
         withdraw = withdraw or waiting.cancel
@@ -366,14 +430,21 @@ async def committed(
     assert withdraw is not None
     try:
         return await asyncio.shield(waiting)
-    except asyncio.CancelledError:
-        if withdraw():
-            raise AppendWithdrawn() from None
+    except asyncio.CancelledError as cancelled:
+        if phase not in RECORDS_AN_OUTCOME and withdraw():
+            raise cancel_of(AppendWithdrawn(), cancelled) from None
+        caught = cancelled
+    entry: JournalEntry | None = None
     while True:  # the commit is under way: wait for it, through any further cancel
         try:
             entry = await asyncio.shield(waiting)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
+            caught = cancelled
             continue
         except BaseException:
-            raise asyncio.CancelledError() from None  # not written, or in doubt: unknown
-        raise CommittedThenCancelled(entry)
+            pass  # not written, or in doubt: unknown
+        break
+    # Raised here, not in a handler, which would make the context the handled error.
+    if entry is None:
+        raise cancel_of(asyncio.CancelledError(), caught)
+    raise cancel_of(CommittedThenCancelled(entry), caught)

@@ -8,6 +8,7 @@ from typing import Protocol, runtime_checkable
 
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
+from sagacity.journal._group import RECORDS_AN_OUTCOME, kept
 from sagacity.journal._lease import SagaLease
 
 __all__ = ["SideEffectJournal", "append_async", "entries_async"]
@@ -131,7 +132,7 @@ async def append_async(
             fence=fence,
         )
         return entry
-    return await asyncio.to_thread(
+    appending = asyncio.to_thread(
         journal.append,
         saga_id,
         phase,
@@ -142,6 +143,8 @@ async def append_async(
         expected_seq=expected_seq,
         fence=fence,
     )
+    # An outcome is waited for through a cancel; an intent is not: its tool does not start.
+    return await (kept(appending) if phase in RECORDS_AN_OUTCOME else appending)
 
 
 async def entries_async(journal: SideEffectJournal, saga_id: str) -> list[JournalEntry]:

@@ -141,7 +141,8 @@ class SqliteJournal:
                 AppendRequest(
                     saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
                 )
-            )
+            ),
+            phase=phase,
         )
 
     def _append_one(self, request: AppendRequest) -> JournalEntry:

@@ -296,10 +296,7 @@ class OpenSagas:
                 yield call
         finally:
             _tool_call.reset(call_token)
-            if call.claimed is not None:
-                await saga.scope.settled()  # `release` takes the scope's lock
-                saga.release(call.claimed)
-            await self._leave(saga_id, saga)
+            await self._leave(saga_id, saga, call.claimed)
 
     async def _enter(self, saga_id: str) -> _OpenSaga:
         try:
@@ -354,11 +351,14 @@ class OpenSagas:
         if saga.scope.history.has_failed_call():
             saga.scope.failed = True
 
-    async def _leave(self, saga_id: str, saga: _OpenSaga) -> None:
-        await finished_off_loop(lambda: self._let_go(saga_id, saga))
+    async def _leave(self, saga_id: str, saga: _OpenSaga, claimed: str | None = None) -> None:
+        """Count the request out on a worker thread, finished through any cancel."""
+        await finished_off_loop(lambda: self._let_go(saga_id, saga, claimed))
 
-    def _let_go(self, saga_id: str, saga: _OpenSaga) -> None:
-        """Count a request out; the last one lets the saga go (its lease)."""
+    def _let_go(self, saga_id: str, saga: _OpenSaga, claimed: str | None = None) -> None:
+        """Let go of the call id the request held; the last request lets the saga go."""
+        if claimed is not None:
+            saga.release(claimed)  # here, not on the loop: a gate may hold the scope's lock
         with self._lock:
             saga.running -= 1
             if saga.running:
@@ -377,7 +377,8 @@ class OpenSagas:
                 del self._open[saga_id]
             idle, saga.idle = saga.idle, None
         if idle is not None:
-            idle.set_result(None)
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                idle.set_result(None)  # unless the ending that waited was cancelled
 
     @contextlib.contextmanager
     def ending(self, saga_id: str) -> Iterator[None]:

@@ -33,11 +33,12 @@ import psycopg_pool
 from sagacity.errors import JournalError
 from sagacity.journal._entry import JournalEntry
 from sagacity.journal._group import (
+    RECORDS_AN_OUTCOME,
     AppendRequest,
     AppendWithdrawn,
-    CommittedThenCancelled,
     Slots,
     committed,
+    kept,
 )
 from sagacity.journal.postgres._batch import Batch
 from sagacity.journal.postgres._database import server_spoke
@@ -144,44 +145,37 @@ class LoopWriter:
         pending = _Pending(request, asyncio.get_running_loop().create_future())
         self._queue.append(pending)
         self._start_queue()
-        return await committed(pending.future, lambda: self._withdraw(pending))
+        return await committed(pending.future, lambda: self._withdraw(pending), phase=request.phase)
 
     async def _alone(self, request: AppendRequest) -> JournalEntry:
         """Commit one append in the caller's task: no task or future in between.
 
         Cancelled with its statement in flight, psycopg cancels the statement in the
         server and waits for it to end, so the entry may or may not be written: the
-        append goes on in doubt, through any further cancel, until it is known. The
-        caller then gets what `committed` gives a queued append: `CommittedThenCancelled`
-        with the entry, `AppendWithdrawn` when nothing was sent, else a `CancelledError`.
+        append goes on in doubt, in a task of its own that no further cancel reaches,
+        until it is known. The caller then gets what `committed` gives a queued append:
+        `CommittedThenCancelled` with the entry, `AppendWithdrawn` when nothing was sent
+        (an outcome is sent all the same), else a `CancelledError`.
         """
         journal = self._journal
         append = journal._new_append(request)
         token = self._slots.start(time.monotonic())
         journal._group.count(1)
-        cancelled = False
         try:
-            while True:
-                try:
-                    entry = await self._append(append)
-                    break
-                except asyncio.CancelledError:
-                    if append.sent is None and not append.locked_sent:
-                        raise AppendWithdrawn() from None  # nothing was sent
-                    cancelled = True
-                    append.in_doubt = append.sent is not None
-                    with journal._guard:
-                        journal._heads.pop(append.saga_id, None)
-                except BaseException:
-                    if cancelled:
-                        raise asyncio.CancelledError() from None  # not written, or unknown
-                    raise
+            try:
+                return await self._append(append)
+            except asyncio.CancelledError as error:
+                cancelled = error
+                unsent = append.sent is None and not append.locked_sent
+                if unsent and request.phase not in RECORDS_AN_OUTCOME:
+                    raise AppendWithdrawn() from None  # nothing was sent
+                append.in_doubt = append.sent is not None
+                with journal._guard:
+                    journal._heads.pop(append.saga_id, None)
+            return await kept(self._append(append), cancelled)
         finally:
             self._slots.end(token)
             self._start_queue()
-        if cancelled:
-            raise CommittedThenCancelled(entry)
-        return entry
 
     @property
     def _in_flight(self) -> int:
