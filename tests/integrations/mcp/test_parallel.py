@@ -7,6 +7,7 @@ never compensated.
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 import threading
 import time
@@ -188,6 +189,76 @@ class TestCancellation:
 
         assert depot.finished == ["7"]
         assert [e.phase.name for e in sagacity.history("t")] == ["INTENT", "EXECUTED", "ENDED"]
+        assert ended.outcome is SagaOutcome.COMPLETED
+
+
+class TestRequestsCutShort:
+    async def test_requests_that_time_out_all_leave_their_saga(self) -> None:
+        """Requests of one saga, some timing out at once, each leave it: the end is not held.
+
+        A client's read timeout cancels the request through an anyio scope, which cancels
+        again at every await, while other requests of the saga pass its gate.
+        """
+        rng = random.Random(7)
+        sagacity = Sagacity.from_url("memory://")
+
+        class Stock:
+            @compensable(by="release")
+            async def reserve(self, sku: str) -> str:
+                """Reserve stock."""
+                await asyncio.sleep(rng.random() * 0.02)
+                return f"res-{sku}"
+
+            def release(self) -> None:
+                """Release it."""
+
+        async def one(client: Client, saga: str, n: int) -> str:
+            await asyncio.sleep(rng.random() * 0.05)
+            try:
+                await client.call_tool(
+                    "reserve",
+                    {"sku": str(n)},
+                    meta=meta(saga, f"c{n}"),
+                    read_timeout_seconds=rng.choice([0.005, 0.01, 0.02, 5]),
+                )
+            except MCPError:
+                return "timed out"
+            return "ok"
+
+        async with Client(mcp_server(sagacity, Stock())) as client:
+            for round_ in range(4):
+                saga = f"cut-{round_}"
+                answers = await asyncio.gather(*(one(client, saga, n) for n in range(30)))
+                assert set(answers) <= {"ok", "timed out"}
+                ended = await asyncio.wait_for(end_saga(sagacity, saga), 10)
+                assert ended.outcome in (SagaOutcome.COMPLETED, SagaOutcome.NEEDS_ATTENTION)
+
+    async def test_an_ending_given_up_leaves_the_running_call_its_answer(self) -> None:
+        """An `end_saga` whose caller gave up while a call ran does not fail that call."""
+        sagacity = Sagacity.from_url("memory://")
+        entered, go = asyncio.Event(), asyncio.Event()
+
+        class Slow:
+            @compensable(by="release")
+            async def reserve(self, sku: str) -> str:
+                """Reserve stock, once let go."""
+                entered.set()
+                await go.wait()
+                return f"res-{sku}"
+
+            def release(self) -> None:
+                """Release it."""
+
+        async with Client(mcp_server(sagacity, Slow())) as client:
+            call = asyncio.create_task(
+                client.call_tool("reserve", {"sku": "x"}, meta=meta("given-up", "r"))
+            )
+            await entered.wait()
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(end_saga(sagacity, "given-up"), 0.05)
+            go.set()
+            assert text(await call) == "res-x"
+        ended = await end_saga(sagacity, "given-up")
         assert ended.outcome is SagaOutcome.COMPLETED
 
 
