@@ -12,6 +12,7 @@ import contextvars
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -617,6 +618,40 @@ class TestGatesAndTheirSiblings:
             assert result.outcome is SagaOutcome.AWAITING_APPROVAL
             sagacity.saga("threads", in_threads)
             assert [len(sagacity.pending(saga)) for saga in ("loops", "threads")] == [4, 4]
+        finally:
+            sagacity.close()
+
+    def test_the_gates_pass_on_from_a_loop_closed_mid_gate(self, store_url: str) -> None:
+        """A loop closed with a call in its gate does not keep the gates from later loops."""
+        sagacity = Sagacity.from_url(store_url, on_approval_request=lambda r: time.sleep(0.1))
+        tools = tools_by_name(sagacity, Ledger())
+
+        def work() -> bool:
+            scope = current_scope()
+            assert scope is not None
+            first = asyncio.new_event_loop()
+            left: list[asyncio.Task[Any]] = []
+
+            async def leave_one_in_its_gate() -> None:
+                left.append(first.create_task(tools["wire"]("1")))
+                await until(lambda: scope.gating, "the first gate runs")
+
+            first.run_until_complete(leave_one_in_its_gate())
+            first.close()
+
+            async def second() -> bool:
+                await tools["wire"]("2")
+                gates = scope._gates  # whose they are now
+                return gates is not None and gates.loop is asyncio.get_running_loop()
+
+            return asyncio.run(second())
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the first loop's task
+                result = sagacity.saga("handed", work)
+            assert (result.outcome, result.value) == (SagaOutcome.AWAITING_APPROVAL, True)
+            assert [r.input["amount"] for r in sagacity.pending("handed")] == ["1", "2"]
         finally:
             sagacity.close()
 

@@ -213,7 +213,11 @@ class SagaScope:
             return gates
         with self._state:
             gates = self._gates
-            if gates is None or (gates.idle and not gates.loop.is_running()):
+            if (
+                gates is None
+                or gates.loop.is_closed()  # what it counted can never end now
+                or (gates.idle and not gates.loop.is_running())
+            ):
                 gates = self._gates = _Gates(loop)
             return gates if gates.loop is loop else None
 

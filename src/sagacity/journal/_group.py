@@ -369,7 +369,7 @@ async def through_cancels(
             if running.cancelled():  # cancelled itself, with the loop
                 raise
             cancelled = error
-        except BaseException:
+        except Exception:
             pass  # the task holds it
     return running, cancelled
 
@@ -441,7 +441,7 @@ async def committed(
         except asyncio.CancelledError as cancelled:
             caught = cancelled
             continue
-        except BaseException:
+        except Exception:
             pass  # not written, or in doubt: unknown
         break
     # Raised here, not in a handler, which would make the context the handled error.
