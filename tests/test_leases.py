@@ -179,6 +179,10 @@ class TestJournalLeases:
                     landed.append(entry.seq)
                     if n == 20:
                         started.set()
+                if started.is_set():
+                    # A breath between commits: SQLite's lock is free for microseconds
+                    # only, and the taker, sleeping on its busy handler, could starve.
+                    time.sleep(0.0005)
 
         try:
             thread = threading.Thread(target=hammer)
