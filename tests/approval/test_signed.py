@@ -14,6 +14,8 @@ import pytest
 import rfc8785
 
 from sagacity import (
+    ApprovalAlreadyUsedError,
+    ApprovalMissingError,
     ApprovalSignatureError,
     ConfigurationError,
     Phase,
@@ -25,7 +27,15 @@ from sagacity import (
 from sagacity.approval import ApprovalRequest, InMemoryApprovalStore, signed_bytes
 from sagacity.audit._keys import PrivateKey, generate_key
 from sagacity.journal import InMemoryJournal
-from tests.approval._policy import SAGA, OpenSagacity, inject_approval, waiting_saga
+from tests.approval._policy import (
+    SAGA,
+    WIRE,
+    OpenSagacity,
+    Treasury,
+    inject_approval,
+    tools_of,
+    waiting_saga,
+)
 
 
 def signed_bytes_of(request: ApprovalRequest, approver: str) -> bytes:
@@ -221,6 +231,44 @@ class TestSignedApprovals:
         assert "signature" not in entry.payload
         assert sagacity.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
         assert waiting.treasury.calls["wire"] == 1
+
+    def test_an_appended_not_started_gives_no_signed_approval_back(
+        self, open_sagacity: OpenSagacity, key: PrivateKey
+    ) -> None:
+        """A FAILED `not_started` appended after the approved call ran does not rerun it.
+
+        Unsigned, it could be appended by anyone with database access, who can also put
+        the consumed request back in the store; under signed approvals the approval
+        stays used.
+        """
+        worker, approver = worker_and_approver(open_sagacity, key)
+        treasury = Treasury()
+        tools = tools_of(worker, treasury)
+
+        def work() -> None:
+            tools["wire"](**WIRE)
+            tools["big_wire"]("5000.00", "ACME")  # still waits: the saga stays open
+
+        asked = worker.saga(SAGA, work, started_by="alice")
+        assert asked.outcome is SagaOutcome.AWAITING_APPROVAL
+        (wire,) = [r for r in asked.pending if r.tool_name == "wire"]
+        approver.approve(SAGA, approver="bob", request_id=wire.request_id)
+        with pytest.raises(ApprovalMissingError, match="big_wire"):
+            worker.resume_saga(SAGA, work)  # the wire ran; big_wire still waits
+        assert treasury.calls["wire"] == 1
+        (intent,) = [e for e in worker.history(SAGA) if e.phase is Phase.INTENT]
+        worker.journal.append(
+            SAGA,
+            Phase.FAILED,
+            tool_name="wire",
+            call_id=intent.call_id,
+            ref_seq=intent.seq,
+            payload={"kind": "not_started", "error": {"type": "CancelledError", "message": ""}},
+        )
+        worker.approval.store.save(wire)  # the store, working state, is theirs to edit too
+        with pytest.raises(ApprovalAlreadyUsedError, match="not started"):
+            worker.resume_saga(SAGA, work)
+        assert treasury.calls["wire"] == 1
 
 
 class TestSigningSettings:

@@ -191,6 +191,16 @@ def check_approved(
     """
     saga, tool, rid = request.saga_id, request.tool_name, request.request_id
     check_unused(request, history)
+    started = history.latest_call.get(request.call_id)
+    if policy.require_signed and started is not None and started.intent.seq > request.seq:
+        # Unused only by its FAILED `not_started`, which nobody signs: under signed
+        # approvals, a row anyone with database access could append gives nothing back.
+        raise ApprovalAlreadyUsedError(
+            f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} has an "
+            f"INTENT at seq {started.intent.seq} whose FAILED says it was not started; "
+            "under require_signed_approvals that unsigned entry does not give the approval "
+            "back: reject the request, and run the call in a new saga"
+        )
     if input_sha256 != request.input_sha256:
         raise ApprovalHashMismatchError(
             f"saga {saga!r}: request {rid} for tool {tool!r} was made for sha256 "
