@@ -434,17 +434,4 @@ async def committed(
         if phase not in RECORDS_AN_OUTCOME and withdraw():
             raise cancel_of(AppendWithdrawn(), cancelled) from None
         caught = cancelled
-    entry: JournalEntry | None = None
-    while True:  # the commit is under way: wait for it, through any further cancel
-        try:
-            entry = await asyncio.shield(waiting)
-        except asyncio.CancelledError as cancelled:
-            caught = cancelled
-            continue
-        except Exception:
-            pass  # not written, or in doubt: unknown
-        break
-    # Raised here, not in a handler, which would make the context the handled error.
-    if entry is None:
-        raise cancel_of(asyncio.CancelledError(), caught)
-    raise cancel_of(CommittedThenCancelled(entry), caught)
+    return await kept(waiting, caught)  # under way: waited for through any further cancel
