@@ -27,6 +27,7 @@ from sagacity import (
     SagaBusyError,
     Sagacity,
     SagaOutcome,
+    SagaResult,
     SagaStateError,
 )
 from sagacity.journal import SagaLease, SideEffectJournal
@@ -214,6 +215,29 @@ class TestJournalLeases:
         with pytest.raises(LeaseLostError):
             journal.append("s", Phase.COMPENSATING, fence=old)
 
+    @pytest.mark.parametrize("from_async", [False, True], ids=["sync", "async"])
+    def test_a_lease_tells_the_head_it_was_taken_at(
+        self, sagacity: Sagacity, from_async: bool
+    ) -> None:
+        """0 for a saga with no entries, else its last seq: TAKEN_OVER's, after a takeover."""
+        journal = sagacity.journal
+
+        def taken(owner: str, now: datetime.datetime) -> SagaLease:
+            acquire = getattr(journal, "aacquire_lease", None) if from_async else None
+            if acquire is None:
+                return take(journal, owner, now)
+            lease: SagaLease = asyncio.run(acquire("s", owner, now=now, expires_at=now + MINUTE))
+            return lease
+
+        first = taken("worker-a", T0)
+        assert first.head_seq == 0
+        journal.append("s", Phase.INTENT, tool_name="t", call_id="t#1", fence=first)
+        journal.append("s", Phase.EXECUTED, tool_name="t", call_id="t#1", ref_seq=1, fence=first)
+        journal.release_lease(first)
+        assert taken("worker-b", T0).head_seq == 2  # released: nothing journaled
+        assert taken("worker-c", T0 + 2 * MINUTE).head_seq == 3  # taken over
+        assert journal.entries("s")[-1].phase is Phase.TAKEN_OVER
+
     def test_renewal_moves_the_expiry(self, sagacity: Sagacity) -> None:
         """A renewed lease holds past its first expiry."""
         journal = sagacity.journal
@@ -231,6 +255,48 @@ class TestSagaLeases:
         sagacity.saga("s", lambda: tools["send_wire_transfer"]("1", "x"))
         assert sagacity.compensate("s").outcome is SagaOutcome.COMPENSATED
         sagacity.close()
+
+    @pytest.mark.parametrize("from_async", [False, True], ids=["sync", "async"])
+    def test_a_new_saga_opens_without_reading_its_journal(
+        self, store_url: str, monkeypatch: pytest.MonkeyPatch, from_async: bool
+    ) -> None:
+        """Its lease said it had no entries; a saga run before is read, and resumes."""
+        sagacity = Sagacity.from_url(store_url)
+        journal = sagacity.journal
+        reads: list[str] = []
+
+        def counted(read: Callable[[str], object]) -> Callable[[str], object]:
+            def reading(saga_id: str) -> object:
+                reads.append(saga_id)
+                return read(saga_id)
+
+            return reading
+
+        for name in ("entries", "aentries"):
+            if hasattr(journal, name):
+                monkeypatch.setattr(journal, name, counted(getattr(journal, name)))
+        tools = tools_of(sagacity, Shop())
+
+        def run(saga_id: str) -> SagaResult:
+            def work() -> object:
+                return tools["reserve_inventory"]("SKU-1", 1)
+
+            if not from_async:
+                return sagacity.saga(saga_id, work)
+
+            async def awork() -> object:
+                return work()
+
+            return asyncio.run(sagacity.asaga(saga_id, awork))
+
+        try:
+            assert run("new").outcome is SagaOutcome.COMPLETED
+            assert reads == []
+            with pytest.raises(SagaStateError, match="ended COMPLETED"):
+                run("new")  # the second run reads the first's journal, and is refused
+            assert set(reads) == {"new"}
+        finally:
+            sagacity.close()
 
     def test_a_worker_taken_over_mid_run_neither_writes_nor_compensates(
         self, shared_store_url: str

@@ -171,6 +171,17 @@ class LeaseKeeper:
         """Whether the lease is still this worker's to free: the saga did not end here."""
         return self.lease is not None and not self.lost and not self._ended()
 
+    @property
+    def empty_history(self) -> SagaHistory | None:
+        """The saga's history if its lease was taken at head 0: it has no entries.
+
+        None could be written after the take without the lease's token, which is this
+        worker's now, so there is nothing to read. None when the journal must be read.
+        """
+        if self.lease is None or self.lease.head_seq != 0:
+            return None
+        return SagaHistory.of(self._saga_id, [])
+
     def hold(self, history: SagaHistory) -> SagaHistory:
         """Make `history`'s appends fenced by this lease; return it."""
         history.fence = self.lease

@@ -220,7 +220,9 @@ class Sagacity(ApprovalDecisions):
     ) -> SagaResult:
         """Run async `work` as saga `saga_id` (see `saga`); no store I/O blocks the loop."""
         async with self._leased(saga_id, opening=True) as keeper:
-            history = SagaHistory.of(saga_id, await entries_async(self.journal, saga_id))
+            history = keeper.empty_history or SagaHistory.of(
+                saga_id, await entries_async(self.journal, saga_id)
+            )
             opening = partial(self._open, saga_id, keeper, started_by=started_by, history=history)
             # With a request open, the store is read too: on a worker thread.
             scope = await asyncio.to_thread(opening) if history.open_requests() else opening()
@@ -475,7 +477,7 @@ class Sagacity(ApprovalDecisions):
         history: SagaHistory | None = None,
     ) -> SagaScope:
         """Open saga `saga_id` under `keeper`'s lease, from `history` (else read now)."""
-        history = keeper.hold(self._history(saga_id) if history is None else history)
+        history = keeper.hold(history or keeper.empty_history or self._history(saga_id))
         if history.ended is not None:
             if resuming:
                 explain_unusable(history, None)  # a worker that lost the race: say why

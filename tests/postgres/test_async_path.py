@@ -7,13 +7,14 @@ import datetime
 import gc
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import psycopg
 import pytest
 
 from sagacity import (
     JournalError,
+    LeaseLostError,
     Phase,
     SagaBusyError,
     Sagacity,
@@ -22,8 +23,11 @@ from sagacity import (
     compensable,
     verify,
 )
+from sagacity.journal import SagaLease
 from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal.postgres import PostgresJournal
+from sagacity.journal.postgres._leases import LeaseTake, Taken
+from sagacity.journal.postgres._steps import Steps, run_steps
 from tests._postgres import admin_connection
 from tests.postgres.test_faults import Admin, blocked_backend, in_thread
 
@@ -306,3 +310,309 @@ class TestFirstAcquisitionsRacing:
         error = outcome["error"]
         assert isinstance(error, SagaBusyError), repr(error)
         assert "is held by other until" in str(error)
+
+
+class _Batches:
+    """The batches of lease takes a journal sends: the sagas of each, as asked."""
+
+    def __init__(self, journal: PostgresJournal, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sagas: list[list[str]] = []
+        leases = journal._leases
+        many = leases.acquire_many
+
+        def counted(takes: Sequence[LeaseTake]) -> Steps[list[Taken | SagaBusyError]]:
+            self.sagas.append([take.saga_id for take in takes])
+            return many(takes)
+
+        monkeypatch.setattr(leases, "acquire_many", counted)
+
+
+def lease_times() -> tuple[datetime.datetime, datetime.datetime]:
+    now = datetime.datetime.now(datetime.UTC)
+    return now, now + datetime.timedelta(minutes=1)
+
+
+class TestLeaseTakesTogether:
+    """Leases asked for while commits are in flight go together, in one statement.
+
+    The first two take a commit slot each; the rest wait for one and go as a batch.
+    """
+
+    def test_sagas_started_together_each_run_once(
+        self, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        sagacity = Sagacity.from_url(pg_url)
+        batches = _Batches(sagacity.journal, monkeypatch)  # type: ignore[arg-type]
+        (tool,) = sagacity.wrap(reserve)
+        ids = [f"order-{n:02}" for n in range(40)]
+
+        async def main() -> list[SagaResult]:
+            async def one(saga_id: str) -> SagaResult:
+                return await sagacity.asaga(saga_id, lambda: tool(saga_id))
+
+            return await asyncio.gather(*(one(saga_id) for saga_id in ids))
+
+        try:
+            results = asyncio.run(main())
+            assert [r.outcome for r in results] == [SagaOutcome.COMPLETED] * len(ids)
+            assert [r.value for r in results] == [f"res-{saga_id}" for saga_id in ids]
+            batched = [saga for batch in batches.sagas for saga in batch]
+            assert len(batched) >= 30
+            assert len(set(batched)) == len(batched)
+            assert max(len(batch) for batch in batches.sagas) <= 32  # the rest waits its turn
+            for saga_id in ids:
+                assert [e.phase for e in sagacity.journal.entries(saga_id)] == [
+                    Phase.INTENT,
+                    Phase.EXECUTED,
+                    Phase.ENDED,
+                ]
+            assert verify(sagacity.journal).ok
+        finally:
+            sagacity.close()
+
+    async def test_each_take_gets_its_own_answer(
+        self, journal: PostgresJournal, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Free, held by another, asked for twice, or taken over with TAKEN_OVER: in one batch."""
+        batches = _Batches(journal, monkeypatch)
+        now, later = lease_times()
+        journal.acquire_lease("held", "other", now=now, expires_at=later)
+        stalled = journal.acquire_lease("stalled", "gone", now=now, expires_at=now)
+        journal.append("stalled", Phase.INTENT, tool_name="reserve", fence=stalled)
+
+        ids = ["first", "second", "free", "held", "twice", "twice", "stalled"]
+        taken = await asyncio.gather(
+            *(
+                journal.aacquire_lease(saga_id, f"me-{n}", now=now, expires_at=later)
+                for n, saga_id in enumerate(ids)
+            ),
+            return_exceptions=True,
+        )
+        assert batches.sagas == [["free", "held", "twice", "twice", "stalled"]]
+        answers = dict(zip(range(len(ids)), taken, strict=True))
+        assert isinstance(answers[3], SagaBusyError)
+        assert "held by other" in str(answers[3])
+        twice = [answers[4], answers[5]]
+        assert sum(isinstance(answer, SagaBusyError) for answer in twice) == 1
+        for index in (0, 1, 2, 6):
+            lease = answers[index]
+            assert isinstance(lease, SagaLease), repr(lease)
+            assert lease.owner == f"me-{index}"
+        assert [answers[n].head_seq for n in (0, 2, 6)] == [0, 0, 2]  # type: ignore[union-attr]
+        marker = journal.entries("stalled")[-1]
+        assert (marker.seq, marker.phase, marker.payload) == (
+            2,
+            Phase.TAKEN_OVER,
+            {"owner": "me-6"},
+        )
+        with pytest.raises(LeaseLostError):  # the former holder is fenced out
+            await journal.aappend("stalled", Phase.EXECUTED, ref_seq=1, fence=stalled)
+        assert verify(journal).ok
+
+    async def test_a_batch_the_server_refuses_is_taken_lease_by_lease(
+        self, journal: PostgresJournal, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        batches = _Batches(journal, monkeypatch)
+        monkeypatch.setattr(journal._leases, "_sql_acquire_many", b"SELECT no_such_function()")
+        now, later = lease_times()
+        ids = [f"order-{n}" for n in range(8)]
+        taken = await asyncio.gather(
+            *(journal.aacquire_lease(saga_id, "me", now=now, expires_at=later) for saga_id in ids)
+        )
+        assert len(batches.sagas) == 1  # sent, refused, and each taken alone after
+        assert [(lease.saga_id, lease.owner, lease.token) for lease in taken] == [
+            (saga_id, "me", 1) for saga_id in ids
+        ]
+
+    def test_sagas_cancelled_while_their_takes_wait_leave_no_lease_held(
+        self, pg_url: str, admin: Admin, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Cancelled while the server holds their lease statements: each lease taken is let go.
+
+        Run again at once, with no wait for a busy saga, every saga runs its work.
+        """
+        sagacity = Sagacity.from_url(pg_url)
+        batches = _Batches(sagacity.journal, monkeypatch)  # type: ignore[arg-type]
+        (tool,) = sagacity.wrap(reserve)
+        journal: PostgresJournal = sagacity.journal  # type: ignore[assignment]
+        ids = [f"order-{n:02}" for n in range(12)]
+        ran: list[str] = []
+
+        def work(saga_id: str) -> Callable[[], Awaitable[str]]:
+            async def run() -> str:
+                ran.append(saga_id)
+                return await tool(saga_id)
+
+            return run
+
+        async def cancelled_run() -> None:
+            admin.execute("BEGIN")  # every lease statement waits for this lock
+            admin.execute(f"LOCK TABLE {journal.database.tables.lease} IN EXCLUSIVE MODE")
+            running = [asyncio.create_task(sagacity.asaga(s, work(s))) for s in ids]
+            await asyncio.to_thread(blocked_backend, admin)
+            await asyncio.sleep(0.05)  # the rest queue behind the two in the server
+            for task in running:
+                task.cancel()
+            await asyncio.sleep(0.05)
+            admin.execute("ROLLBACK")
+            outcomes = await asyncio.gather(*running, return_exceptions=True)
+            assert all(isinstance(o, asyncio.CancelledError) for o in outcomes), outcomes
+
+        try:
+            asyncio.run(cancelled_run())
+            assert ran == []
+            assert batches.sagas  # a batch was sent
+
+            async def run_again() -> list[SagaResult]:
+                return await asyncio.gather(*(sagacity.asaga(s, work(s)) for s in ids))
+
+            results = asyncio.run(run_again())
+            assert [r.outcome for r in results] == [SagaOutcome.COMPLETED] * len(ids)
+            assert sorted(ran) == ids
+        finally:
+            if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                admin.execute("ROLLBACK")
+            sagacity.close()
+
+    async def test_a_taker_that_left_gets_its_lease_on_a_retry_of_the_same_take(
+        self, journal: PostgresJournal, admin: Admin, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Takers that time out while their batch waits in the server: each take goes on.
+
+        As a take whose reply was lost: a retry with the same owner and expiry is granted
+        the lease the batch took (the same token), and is then released as any other.
+        """
+        batches = _Batches(journal, monkeypatch)
+        now, later = lease_times()
+        ids = [f"order-{n:02}" for n in range(12)]
+        admin.execute("BEGIN")  # every lease statement waits for this lock
+        admin.execute(f"LOCK TABLE {journal.database.tables.lease} IN EXCLUSIVE MODE")
+        try:
+
+            async def one(saga_id: str) -> SagaLease:
+                async with asyncio.timeout(0.3):
+                    return await journal.aacquire_lease(saga_id, "me", now=now, expires_at=later)
+
+            outcomes = await asyncio.gather(*(one(s) for s in ids), return_exceptions=True)
+            assert all(isinstance(o, TimeoutError) for o in outcomes), outcomes
+            assert batches.sagas  # the rest went as a batch, which the server held
+        finally:
+            admin.execute("ROLLBACK")
+        again = await asyncio.gather(
+            *(journal.aacquire_lease(s, "me", now=now, expires_at=later) for s in ids)
+        )
+        held = dict(
+            admin.execute(f"SELECT saga_id, token FROM {journal.database.tables.lease}").fetchall()
+        )
+        assert {lease.saga_id: lease.token for lease in again} == held
+        for lease in again:
+            journal.release_lease(lease)
+        for saga_id in ids:  # released: another worker takes each at once
+            assert journal.acquire_lease(saga_id, "next", now=now, expires_at=later).owner == "next"
+
+    @pytest.mark.parametrize("pool", [1, 2])
+    def test_sagas_appending_without_pause_never_keep_a_new_saga_from_starting(
+        self, pg_url: str, pool: int
+    ) -> None:
+        """Appends and lease takes that both wait for a commit slot take turns."""
+        sagacity = Sagacity.from_url(f"{pg_url}&pool_max_size={pool}")
+        (tool,) = sagacity.wrap(reserve)
+        stop = asyncio.Event()
+
+        async def main() -> bool:
+            async def busy() -> None:
+                while not stop.is_set():
+                    await tool("A-1")
+
+            running = [asyncio.create_task(sagacity.asaga(f"busy-{n}", busy)) for n in range(8)]
+            await asyncio.sleep(0.2)  # the busy sagas append, their queue never empty
+            newcomer = asyncio.create_task(sagacity.asaga("new", lambda: tool("B-1")))
+            done, _ = await asyncio.wait([newcomer], timeout=10)
+            stop.set()
+            await asyncio.gather(*running)
+            return newcomer in done
+
+        try:
+            assert asyncio.run(main())  # it ran while the others still appended
+            assert [e.phase for e in sagacity.journal.entries("new")] == [
+                Phase.INTENT,
+                Phase.EXECUTED,
+                Phase.ENDED,
+            ]
+        finally:
+            sagacity.close()
+
+    def test_batches_of_sagas_whose_lock_keys_collide_never_wait_for_each_other(
+        self, journal: PostgresJournal, admin: Admin
+    ) -> None:
+        """Lock keys are 32-bit hashes, and ids can be chosen to collide: batches lock in key order.
+
+        Two batches of two sagas, whose ids sort one way and whose keys the other, both held by
+        the server once they took a lock: both are granted, neither refused as deadlocked.
+        """
+        first, second = crossing_batches(journal)
+        now, later = lease_times()
+        admin.execute("BEGIN")  # each take waits for this lock once it holds its saga's lock
+        admin.execute(f"LOCK TABLE {journal.database.tables.journal} IN ACCESS EXCLUSIVE MODE")
+        answers: dict[str, object] = {}
+
+        def take_all(owner: str, ids: list[str]) -> None:
+            takes = [journal._take(saga_id, owner, now, later) for saga_id in ids]
+            try:
+                with admin_connection() as conn:
+                    answers[owner] = run_steps(conn.cursor(), journal._leases.acquire_many(takes))
+            except psycopg.Error as error:
+                answers[owner] = error
+
+        threads = [
+            threading.Thread(target=take_all, args=("w1", first)),
+            threading.Thread(target=take_all, args=("w2", second)),
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            blocked_backends(admin, 2)
+            admin.execute("ROLLBACK")
+            for thread in threads:
+                thread.join()
+        finally:
+            if admin.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                admin.execute("ROLLBACK")
+        for owner in ("w1", "w2"):
+            taken = answers[owner]
+            assert isinstance(taken, list), repr(taken)
+            assert [lease.owner for lease, _, _ in taken] == [owner, owner]
+
+
+def crossing_batches(journal: PostgresJournal) -> tuple[list[str], list[str]]:
+    """Two batches of two saga ids whose orders by id and by lock key cross.
+
+    One id of each pair per batch, the ids of a pair sharing a lock key.
+    """
+    seen: dict[int, str] = {}
+    pairs: list[tuple[str, str]] = []
+    n = 0
+    while len(pairs) < 2:
+        saga_id = f"order-{n}"
+        key = journal._lock_key(saga_id)
+        if key in seen and seen[key] not in [saga for pair in pairs for saga in pair]:
+            pairs.append((seen[key], saga_id))
+        seen.setdefault(key, saga_id)
+        n += 1
+    (a, b), (c, d) = pairs
+    if (a < c) == (b < d):  # swap one pair between the batches: the orders then cross
+        c, d = d, c
+    return [a, c], [b, d]
+
+
+def blocked_backends(admin: Admin, count: int) -> None:
+    """Wait until `count` backends wait on a lock (`admin`'s, or one that waits on it)."""
+    for _ in range(500):
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        (blocked,) = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE cardinality(pg_blocking_pids(pid)) > 0"
+        ).fetchone()  # type: ignore[misc]
+        if blocked >= count:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"fewer than {count} backends came to wait on a lock")

@@ -30,6 +30,10 @@ class SagaLease:
     """The fencing token: appends made under the lease are written only while it holds."""
     expires_at: datetime.datetime
     """When another worker may take the saga over, unless the lease is renewed."""
+    head_seq: int | None = None
+    """The saga's last seq when the lease was taken, its TAKEN_OVER included (0: no
+    entries), or None where the journal did not say: a saga opened on a lease taken at 0
+    has nothing to read."""
 
 
 RELEASED = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)

@@ -164,6 +164,7 @@ class InMemoryJournal:
                 owner=owner,
                 token=1 if held is None else held.token + 1,
                 expires_at=expires_at,
+                head_seq=len(self._sagas.get(saga_id, ())),
             )
             self._leases[saga_id] = lease
             return lease

@@ -328,8 +328,10 @@ class SqliteJournal:
                     ).fetchall()
                     held = None if granted else cursor.execute(_HOLDER, (saga_id,)).fetchone()
                     head = cursor.execute(_HEAD, (saga_id,)).fetchone()
+                    head_seq = 0 if head is None else head[0]
                     if granted and live and head:
                         self._taken_over(saga_id, owner, head)
+                        head_seq += 1
                     cursor.execute("COMMIT")
                 except BaseException:
                     if self._conn.in_transaction:
@@ -348,7 +350,13 @@ class SqliteJournal:
                     expires_at=datetime.datetime.fromisoformat(held[2]),
                 )
             )
-        return SagaLease(saga_id=saga_id, owner=owner, token=granted[0][0], expires_at=expires_at)
+        return SagaLease(
+            saga_id=saga_id,
+            owner=owner,
+            token=granted[0][0],
+            expires_at=expires_at,
+            head_seq=head_seq,
+        )
 
     def _taken_over(self, saga_id: str, owner: str, head: tuple[int, str]) -> None:
         """Journal TAKEN_OVER after `head`, in the transaction that takes the lease."""

@@ -22,9 +22,10 @@ belong to the loop that opened it and die with it, while a journal outlives loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -42,6 +43,7 @@ from sagacity.journal._group import (
 )
 from sagacity.journal.postgres._batch import Batch
 from sagacity.journal.postgres._database import server_spoke
+from sagacity.journal.postgres._leases import LeaseTake, Taken
 from sagacity.journal.postgres._steps import Steps, arun_steps
 
 if TYPE_CHECKING:
@@ -59,6 +61,11 @@ _WAKE_AT_ONCE = 4
 """Callers a batch wakes per turn of the loop: each runs on to its next call at once, and
 a batch of 60 woken together would hold the loop for 60 calls' work in one turn."""
 
+_BATCH_SAGAS = 32
+"""Sagas whose queued appends (or lease takes) a batch takes, each saga's all; the rest
+wait for the next slot. The loop builds a batch in one turn: one of 64 sagas held it for
+about 5 ms."""
+
 _OK = psycopg.pq.ConnStatus.OK
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 
@@ -70,6 +77,14 @@ class _Pending:
         self.request = request
         self.future = future
         self.started = False
+
+
+class _PendingTake:
+    __slots__ = ("future", "take")
+
+    def __init__(self, take: LeaseTake, future: asyncio.Future[Taken]) -> None:
+        self.take = take
+        self.future = future
 
 
 class _AsyncLease:
@@ -130,6 +145,10 @@ class LoopWriter:
         self._kick: asyncio.TimerHandle | None = None
         """Starts the queue when a commit in flight goes stale, if none ends first."""
         self._queue: list[_Pending] = []
+        self._takes: list[_PendingTake] = []
+        """Lease takes waiting for a commit slot, to go together (see `take_lease`)."""
+        self._takes_next = False
+        """Whether the queued takes start before the queued appends, when both wait."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = asyncio.Semaphore(journal._db.settings.pool_max_size)
         """Connections out at once: commits, reads and leases together, as in the pool."""
@@ -177,19 +196,57 @@ class LoopWriter:
             self._slots.end(token)
             self._start_queue()
 
+    async def take_lease(self, take: LeaseTake) -> Taken:
+        """Take a saga's lease (`LeaseStatements.acquire`); `SagaBusyError` if it is held.
+
+        A commit slot free and no take waiting, the caller's task takes it; else it waits
+        for the next batch of takes: one statement for all (`_take_many`). Sagas started
+        together (a burst of requests) then cost the loop one statement, not one each.
+        Cancelled alone, psycopg cancels the statement in the server. Cancelled while
+        its batch is under way, the take goes on, as one whose reply was lost: the lease
+        may be taken, and a retry with the same owner and expiry is granted it
+        (`LeaseKeeper` shields its takes, and releases what a cancelled one took).
+        """
+        if not self._takes and self._slots.free(time.monotonic()):
+            token = self._slots.start(time.monotonic())
+            try:
+                return await self._take_alone(take)
+            finally:
+                self._slots.end(token)
+                self._start_queue()
+        pending = _PendingTake(take, asyncio.get_running_loop().create_future())
+        self._takes.append(pending)
+        self._start_queue()
+        return await pending.future
+
+    async def _take_alone(self, take: LeaseTake, deadline: float | None = None) -> Taken:
+        leases = self._journal._leases
+        return await self.run(
+            lambda: leases.acquiring(take.saga_id), lambda: leases.acquire(take), deadline
+        )
+
     @property
     def _in_flight(self) -> int:
         return len(self._slots)
 
     def _start_queue(self) -> None:
-        """Start the queue as a batch if a commit may start; else look again when one may."""
-        if not self._queue:
+        """Start what waits if a commit may start; else look again when one may.
+
+        Appends and lease takes that both wait take turns, so that neither starves the
+        other: sagas that append without pause never keep a new saga from starting.
+        """
+        if not self._queue and not self._takes:
             return
         now = time.monotonic()
-        if self._slots.free(now):
-            queued, self._queue = self._queue, []
-            self._start(queued)
-        elif self._kick is None:
+        while (self._queue or self._takes) and self._slots.free(now):
+            if self._takes and (self._takes_next or not self._queue):
+                takes, self._takes = _cut(self._takes, lambda pending: pending.take.saga_id)
+                self._run_task(self._take_many(takes, self._slots.start(now)))
+            else:
+                queued, self._queue = _cut(self._queue, lambda pending: pending.request.saga_id)
+                self._start(queued)
+            self._takes_next = not self._takes_next
+        if (self._queue or self._takes) and self._kick is None:
             again = self._slots.recheck_in(now)
             if again is not None:
                 self._kick = asyncio.get_running_loop().call_later(again, self._kicked)
@@ -209,9 +266,54 @@ class LoopWriter:
         for pending in batch:
             pending.started = True
         self._journal._group.count(len(batch))
-        task = asyncio.get_running_loop().create_task(self._commit(batch, token))
+        self._run_task(self._commit(batch, token))
+
+    def _run_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)  # the loop keeps only a weak reference
         task.add_done_callback(self._tasks.discard)
+
+    async def _take_many(self, batch: list[_PendingTake], token: int) -> None:
+        """Take a batch of leases in one statement; each alone if the statement fails.
+
+        A statement that fails wrote nothing, or (its answer lost) took leases that are
+        each this batch's own, which a try alone is granted: each try alone then gives
+        its saga's own answer and its clear refusal. The tries alone go together, within
+        the batch's time (`pool_timeout`): an outage costs the batch that time once.
+        """
+        leases = self._journal._leases
+        live = [pending for pending in batch if not pending.future.done()]  # not abandoned
+        deadline = time.monotonic() + self._journal._db.settings.timeout
+        results: list[Taken | BaseException] = []
+        try:
+            if len(live) > 1:
+                with contextlib.suppress(JournalError):
+                    results = list(
+                        await self.run(
+                            lambda: leases.acquiring(live[0].take.saga_id),
+                            lambda: leases.acquire_many([pending.take for pending in live]),
+                            deadline,
+                        )
+                    )
+            if not results:
+                results = await asyncio.gather(
+                    *(self._take_alone(pending.take, deadline) for pending in live),
+                    return_exceptions=True,
+                )
+            await _settle([pending.future for pending in live], results)
+        except BaseException:
+            for pending in live:  # cancelled with the loop: what was sent may be taken
+                if not pending.future.done():
+                    pending.future.set_exception(
+                        JournalError(
+                            f"{leases.acquiring(pending.take.saga_id)}: its event loop "
+                            "cancelled the try; the lease may have been taken"
+                        )
+                    )
+            raise
+        finally:
+            self._slots.end(token)
+            self._after_commit()
 
     async def _commit(self, batch: list[_Pending], token: int) -> None:
         """Commit a batch, settle each caller's future, and start the next batch."""
@@ -224,19 +326,7 @@ class LoopWriter:
                     results = [error]
             else:
                 results = await self._many([pending.request for pending in batch])
-            cancelled: asyncio.CancelledError | None = None
-            for settled, (pending, result) in enumerate(zip(batch, results, strict=True)):
-                if settled and settled % _WAKE_AT_ONCE == 0 and cancelled is None:
-                    try:
-                        await asyncio.sleep(0)  # other tasks of the loop run in between
-                    except asyncio.CancelledError as error:
-                        cancelled = error  # the rest are known: settle them first
-                if isinstance(result, BaseException):
-                    pending.future.set_exception(result)
-                else:
-                    pending.future.set_result(result)
-            if cancelled is not None:
-                raise cancelled
+            await _settle([pending.future for pending in batch], results)
         except BaseException:
             # Cancelled with the loop: what was sent may or may not be committed.
             for pending in batch:
@@ -251,22 +341,43 @@ class LoopWriter:
             raise
         finally:
             self._slots.end(token)
-            if _cancelling():  # the loop is ending: nothing more is sent
-                queued, self._queue = self._queue, []
-                for pending in queued:
-                    pending.future.set_exception(
-                        JournalError(
-                            f"saga {pending.request.saga_id!r}: {pending.request.phase.value} "
-                            "was not appended: its event loop is ending"
-                        )
-                    )
-            else:
-                self._start_queue()
+            self._after_commit()
 
-    async def run(self, describe: Callable[[], str], steps: Callable[[], Steps[T]]) -> T:
-        """`PostgresDatabase.run` on this loop: statements that may safely run twice."""
+    def _after_commit(self) -> None:
+        """Start what waits; or, the loop ending, refuse it: nothing more is sent."""
+        if not _cancelling():
+            self._start_queue()
+            return
+        queued, self._queue = self._queue, []
+        for pending in queued:
+            pending.future.set_exception(
+                JournalError(
+                    f"saga {pending.request.saga_id!r}: {pending.request.phase.value} "
+                    "was not appended: its event loop is ending"
+                )
+            )
+        takes, self._takes = self._takes, []
+        for take in takes:
+            if not take.future.done():
+                take.future.set_exception(
+                    JournalError(
+                        f"{self._journal._leases.acquiring(take.take.saga_id)}: its event "
+                        "loop is ending"
+                    )
+                )
+
+    async def run(
+        self,
+        describe: Callable[[], str],
+        steps: Callable[[], Steps[T]],
+        deadline: float | None = None,
+    ) -> T:
+        """`PostgresDatabase.run` on this loop: statements that may safely run twice.
+
+        Retried until `deadline` (`time.monotonic()`), by default `pool_timeout` from now.
+        """
         db = self._journal._db
-        deadline = time.monotonic() + db.settings.timeout
+        deadline = time.monotonic() + db.settings.timeout if deadline is None else deadline
         attempts = 0
         while True:
             attempts += 1
@@ -365,6 +476,54 @@ class LoopWriter:
     def _checkin(self, lease: _AsyncLease) -> None:
         self._connections.release()
         self._journal._async_idle.give(lease)
+
+
+P = TypeVar("P")
+
+
+def _cut(queue: list[P], saga_of: Callable[[P], str]) -> tuple[list[P], list[P]]:
+    """The next batch from `queue`, in order, and what stays.
+
+    All that is queued of the first `_BATCH_SAGAS` sagas: a saga's queued appends are
+    never split between batches started together, whose second would be sealed on a head
+    the first is still writing.
+    """
+    if len(queue) <= _BATCH_SAGAS:
+        return queue, []
+    batch: list[P] = []
+    rest: list[P] = []
+    taken: set[str] = set()
+    for pending in queue:
+        saga_id = saga_of(pending)
+        if saga_id in taken or len(taken) < _BATCH_SAGAS:
+            taken.add(saga_id)
+            batch.append(pending)
+        else:
+            rest.append(pending)
+    return batch, rest
+
+
+async def _settle(futures: list[asyncio.Future[T]], results: Sequence[T | BaseException]) -> None:
+    """Settle each future with its result, `_WAKE_AT_ONCE` per turn of the loop.
+
+    A future already done (its waiter abandoned it) is passed over. Cancelled meanwhile,
+    the rest are settled first: their results are known.
+    """
+    cancelled: asyncio.CancelledError | None = None
+    for settled, (future, result) in enumerate(zip(futures, results, strict=True)):
+        if settled and settled % _WAKE_AT_ONCE == 0 and cancelled is None:
+            try:
+                await asyncio.sleep(0)  # other tasks of the loop run in between
+            except asyncio.CancelledError as error:
+                cancelled = error
+        if future.done():
+            continue
+        if isinstance(result, BaseException):
+            future.set_exception(result)
+        else:
+            future.set_result(result)
+    if cancelled is not None:
+        raise cancelled
 
 
 def _cancelling() -> bool:

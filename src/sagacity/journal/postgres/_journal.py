@@ -71,7 +71,7 @@ from sagacity.journal._rows import entries_from_rows, row_of
 from sagacity.journal.postgres._async import FRESH_COMMITS, IdleConnections, LoopWriter
 from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
-from sagacity.journal.postgres._leases import LeaseStatements
+from sagacity.journal.postgres._leases import LeaseStatements, LeaseTake, Taken
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
 from sagacity.journal.postgres._steps import ALL, NOTHING, ONE, Statement, Steps, run_steps
 
@@ -714,45 +714,44 @@ class PostgresJournal:
         TAKEN_OVER in the same transaction (`sagacity_take_lease`).
         """
         leases = self._leases
+        take = self._take(saga_id, owner, now, expires_at)
         return self._took(
             self._db.run(
                 lambda: leases.acquiring(saga_id),
-                lambda conn: run_steps(
-                    conn.cursor(), self._acquire(saga_id, owner, now, expires_at)
-                ),
+                lambda conn: run_steps(conn.cursor(), leases.acquire(take)),
             )
         )
 
     async def aacquire_lease(
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
-        """`acquire_lease` for async code, on the loop's async connections."""
-        leases = self._leases
+        """`acquire_lease` for async code, on the loop's async connections.
 
-        def what() -> str:
-            return leases.acquiring(saga_id)
+        Takes that overlap go together, in one statement (`LoopWriter.take_lease`).
+        """
+        take = self._take(saga_id, owner, now, expires_at)
+        writer = self._loop_writer(lambda: self._leases.acquiring(saga_id))
+        return self._took(await writer.take_lease(take))
 
-        return self._took(
-            await self._loop_writer(what).run(
-                what, lambda: self._acquire(saga_id, owner, now, expires_at)
-            )
-        )
-
-    def _acquire(
+    def _take(
         self, saga_id: str, owner: str, now: datetime.datetime, expires_at: datetime.datetime
-    ) -> Steps[tuple[SagaLease, int, str]]:
+    ) -> LeaseTake:
         marker = _Append(saga_id, Phase.TAKEN_OVER, None, None, None, {"owner": owner}, None, None)
         payload_text, before_prev, before_seq, after_seq = marker.pieces()
-        return self._leases.acquire(
+        return LeaseTake(
+            self._lock_key(saga_id),
             saga_id,
             owner,
-            now=now,
-            expires_at=expires_at,
-            lock_key=self._lock_key(saga_id),
-            marker=(payload_text, marker.recorded_at, before_prev, before_seq, after_seq),
+            expires_at,
+            now,
+            payload_text,
+            marker.recorded_at,
+            before_prev,
+            before_seq,
+            after_seq,
         )
 
-    def _took(self, taken: tuple[SagaLease, int, str]) -> SagaLease:
+    def _took(self, taken: Taken) -> SagaLease:
         """Cache the head a lease was taken at: the lease's token held the saga there.
 
         Not for a saga with no entries: a takeover of it journals nothing (there is no
