@@ -37,6 +37,20 @@ SAGAS = 24
 CALLS = 6
 
 
+class SlowAsking:
+    """An approval hook that, once `slow`, takes 0.3 s: the gate that asks stays open."""
+
+    def __init__(self) -> None:
+        self.slow = False
+        self.asking = threading.Event()
+        """Set once a slow request is being asked."""
+
+    def __call__(self, request: object) -> None:
+        if self.slow:
+            self.asking.set()
+            time.sleep(0.3)
+
+
 class Ledger:
     """Async tools that record what ran, in order, and their compensations."""
 
@@ -547,14 +561,7 @@ class TestGatesAndTheirSiblings:
         w1's EXECUTED waits for w2's gate; cancelled then, w1 is not left in doubt: the
         EXECUTED lands and the cancel follows.
         """
-        asking = threading.Event()
-        slow = [False]
-
-        def hook(request: Any) -> None:
-            if slow[0]:
-                asking.set()
-                time.sleep(0.3)
-
+        hook = SlowAsking()
         sagacity = Sagacity.from_url(store_url, on_approval_request=hook)
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
@@ -563,12 +570,12 @@ class TestGatesAndTheirSiblings:
             asked = await sagacity.asaga("x", lambda: tools["wire"].ainvoke(("1",), call_id="w1"))
             assert asked.outcome is SagaOutcome.AWAITING_APPROVAL
             sagacity.approve("x", approver="alice")
-            slow[0] = True
+            hook.slow = True
 
             async def work() -> None:
                 w1 = asyncio.create_task(tools["wire"].ainvoke(("1",), call_id="w1"))
                 w2 = asyncio.create_task(tools["wire"].ainvoke(("2",), call_id="w2"))
-                await until(lambda: ledger.ran == ["wire 1"] and asking.is_set(), "w1 ran")
+                await until(lambda: ledger.ran == ["wire 1"] and hook.asking.is_set(), "w1 ran")
                 w1.cancel()
                 for task in (w1, w2):
                     try:
@@ -705,19 +712,12 @@ class TestCancelScopes:
         self, store_url: str
     ) -> None:
         """A call cancelled by a scope while its EXECUTED waits for a gate keeps it."""
-        asking = threading.Event()
-        slow = [False]
-
-        def hook(request: Any) -> None:
-            if slow[0]:
-                asking.set()
-                time.sleep(0.3)
-
+        hook = SlowAsking()
         sagacity = Sagacity.from_url(store_url, on_approval_request=hook)
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
         try:
-            slow[0] = True
+            hook.slow = True
 
             async def work() -> None:
                 scope = anyio.CancelScope()
@@ -728,7 +728,7 @@ class TestCancelScopes:
 
                 reserving = asyncio.create_task(reserve())
                 wiring = asyncio.create_task(tools["wire"]("10"))
-                await until(lambda: ledger.ran[:1] == ["x"] and asking.is_set(), "x ran")
+                await until(lambda: ledger.ran[:1] == ["x"] and hook.asking.is_set(), "x ran")
                 scope.cancel()
                 await asyncio.gather(reserving, wiring)
 

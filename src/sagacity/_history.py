@@ -59,6 +59,13 @@ class CallState:
         """Cancelled before the tool started (FAILED `not_started`): the call did not run."""
         return self.kind == NOT_STARTED
 
+    def used_approval_at(self, seq: int) -> bool:
+        """Whether it used the approval of its request at `seq`: an INTENT after it.
+
+        Not a call cancelled before it started (FAILED `not_started`): its approval stands.
+        """
+        return self.intent.seq > seq and not self.not_started
+
     @property
     def in_doubt(self) -> bool:
         """The effect may exist and nobody knows its result.
@@ -313,7 +320,7 @@ class SagaHistory:
             if self.rejected(entry.seq) is not None:
                 continue
             call = self.latest_call.get(entry.call_id or "")
-            if call is not None and call.intent.seq > entry.seq and not call.not_started:
+            if call is not None and call.used_approval_at(entry.seq):
                 continue
             found.append(entry)
         return found

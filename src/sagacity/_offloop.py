@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sagacity.journal._group import cancel_of, through_cancels
+from sagacity.journal._group import finished
 
 __all__ = ["FinishedThenCancelled", "finished_off_loop"]
 
@@ -29,9 +29,4 @@ async def finished_off_loop(function: Callable[[], T]) -> T:
     half done or unstarted: the task waits for it to finish (through any further cancel),
     then raises `FinishedThenCancelled` with what it returned, or the cancel if it raised.
     """
-    done, cancelled = await through_cancels(asyncio.to_thread(function))
-    if cancelled is None:
-        return done.result()
-    if done.exception() is not None:
-        raise cancel_of(asyncio.CancelledError(), cancelled)  # its error is the cancel's now
-    raise cancel_of(FinishedThenCancelled(done.result()), cancelled)
+    return await finished(asyncio.to_thread(function), FinishedThenCancelled)

@@ -38,6 +38,14 @@ class Recorder:
         return [ValueError("refused in batch") if r.saga_id == "bad" else r for r in requests]
 
 
+async def commit_held(group: GroupCommit, recorder: Recorder) -> threading.Thread:
+    """A thread whose append of "first" is committing, held until `recorder.release`."""
+    blocker = threading.Thread(target=group.append, args=(AppendRequest("first", Phase.INTENT),))
+    blocker.start()
+    assert await asyncio.to_thread(recorder.first_started.wait, 10)
+    return blocker
+
+
 def wait_until(condition: Any) -> None:
     for _ in range(1000):
         if condition():
@@ -109,11 +117,7 @@ class TestGroupCommit:
         """Cancelled before its batch starts, an append is never committed."""
         recorder = Recorder()
         group = GroupCommit(recorder.one, recorder.many, name="test")
-        blocker = threading.Thread(
-            target=group.append, args=(AppendRequest("first", Phase.INTENT),)
-        )
-        blocker.start()
-        assert await asyncio.to_thread(recorder.first_started.wait, 10)
+        blocker = await commit_held(group, recorder)
         waiting = asyncio.ensure_future(
             committed(group.submit(AppendRequest("x", Phase.INTENT)), phase=Phase.INTENT)
         )
@@ -142,11 +146,7 @@ class TestGroupCommit:
             lambda rs: [entry(r) for r in recorder.many(rs)],
             name="test",
         )
-        blocker = threading.Thread(
-            target=group.append, args=(AppendRequest("first", Phase.INTENT),)
-        )
-        blocker.start()
-        assert await asyncio.to_thread(recorder.first_started.wait, 10)
+        blocker = await commit_held(group, recorder)
         waiting = asyncio.ensure_future(
             committed(group.submit(AppendRequest("x", Phase.EXECUTED)), phase=Phase.EXECUTED)
         )

@@ -148,7 +148,7 @@ def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
             f"{payload_of(rejected).get('reason')}"
         )
     call = history.latest_call.get(request.call_id)
-    if call is not None and call.intent.seq > request.seq and not call.not_started:
+    if call is not None and call.used_approval_at(request.seq):
         raise ApprovalAlreadyUsedError(
             f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already "
             f"ran (INTENT at seq {call.intent.seq}); an approval is used once"

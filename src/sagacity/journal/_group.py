@@ -374,21 +374,34 @@ async def through_cancels(
     return running, cancelled
 
 
-async def kept(
-    appending: Awaitable[JournalEntry], cancelled: asyncio.CancelledError | None = None
-) -> JournalEntry:
-    """Await an append through any cancel (see `through_cancels`): its fate comes first.
+async def finished(
+    awaitable: Awaitable[T],
+    then_cancelled: Callable[[T], asyncio.CancelledError],
+    cancelled: asyncio.CancelledError | None = None,
+) -> T:
+    """Await `awaitable` through any cancel (see `through_cancels`), and return its result.
 
-    Cancelled (now, or before, as `cancelled` says), it raises `CommittedThenCancelled`
-    with the entry, or a `CancelledError` if the append failed: written or not, unknown.
+    Cancelled (now, or before, as `cancelled` says), it raises `then_cancelled(result)`,
+    or a plain `CancelledError` if `awaitable` failed: its error is the cancel's now.
     """
-    done, again = await through_cancels(appending)
+    done, again = await through_cancels(awaitable)
     caught = again or cancelled
     if caught is None:
         return done.result()
     if done.exception() is not None:
         raise cancel_of(asyncio.CancelledError(), caught)
-    raise cancel_of(CommittedThenCancelled(done.result()), caught)
+    raise cancel_of(then_cancelled(done.result()), caught)
+
+
+async def kept(
+    appending: Awaitable[JournalEntry], cancelled: asyncio.CancelledError | None = None
+) -> JournalEntry:
+    """Await an append through any cancel: its fate comes first (see `finished`).
+
+    Cancelled, it raises `CommittedThenCancelled` with the entry, or a `CancelledError`
+    if the append failed: written or not, unknown.
+    """
+    return await finished(appending, CommittedThenCancelled, cancelled)
 
 
 def cancel_of(error: asyncio.CancelledError, caught: asyncio.CancelledError) -> BaseException:
