@@ -32,6 +32,7 @@ from sagacity import (
 from sagacity.adapter import current_scope
 from sagacity.journal import JournalEntry, SideEffectJournal
 from sagacity.journal._group import GroupCommit
+from tests._threads import noting_this_thread
 
 SAGAS = 24
 CALLS = 6
@@ -172,6 +173,9 @@ class TestManyAsyncSagas:
             entries = sagacity.journal.entries("parallel")
             assert_calls_paired(entries, 20)
             assert verify(sagacity.journal, "parallel").ok
+            stats = sagacity.journal.group_stats  # type: ignore[attr-defined]
+            assert stats.largest > 1, stats  # calls of one saga committed together
+            assert stats.commits < len(entries), stats
         finally:
             sagacity.close()
 
@@ -232,11 +236,16 @@ class TestSyncThreads:
                 thread.join()
             assert errors == []
             assert len(ran) == 16 * 3 * 5
+            appended = 0
             for t in range(16):
                 for saga in range(3):
                     entries = sagacity.journal.entries(f"t{t:02}-{saga}")
                     assert_calls_paired(entries, 5)
+                    appended += len(entries)
             assert verify(sagacity.journal).ok
+            stats = sagacity.journal.group_stats  # type: ignore[attr-defined]
+            assert stats.largest > 1, stats  # threads' appends committed together
+            assert stats.commits < appended, stats
         finally:
             sagacity.close()
 
@@ -395,6 +404,60 @@ class TestTheLoopIsNotBlocked:
             assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "res-x")
             assert ticks == [0, 1, 2, 3, 4]
             assert ledger.intent_first == [True]
+        finally:
+            sagacity.close()
+
+    async def test_a_failed_saga_reads_its_journal_again_off_the_loop(
+        self, shared_store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A failed saga re-reads its journal before compensating: on a worker thread.
+
+        On SQLite that read waits for the journal's connection, which another saga's
+        commit holds while the database's write lock is held: made on the loop, it would
+        stall every task on it, the one that lets the lock go included.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        read_on: list[bool] = []  # per read of the journal: on the loop's thread
+        try:
+            held = LetIn(lambda: tools["reserve"]("held"))
+            failed, may_end = asyncio.Event(), asyncio.Event()
+
+            async def failing() -> None:
+                with contextlib.suppress(RuntimeError):
+                    await tools["fail"]("c")  # the framework swallows it
+                failed.set()
+                await may_end.wait()
+
+            running = asyncio.create_task(sagacity.asaga("held", held))
+            failing_saga = asyncio.create_task(sagacity.asaga("failing", failing))
+            await held.entered.wait()
+            await failed.wait()
+            journal = sagacity.journal
+            monkeypatch.setattr(journal, "entries", noting_this_thread(journal.entries, read_on))
+            appends = AsyncAppends(sagacity)
+            with (
+                writes_held(shared_store_url, sagacity, "held") as let_go,
+                released_after(let_go),
+            ):
+                held.go.set()
+                await until(lambda: appends.in_flight > 0, "the held INTENT is being committed")
+                may_end.set()
+                await until(lambda: read_on != [], "the failed saga reads its journal")
+                ticks = []
+                for tick in range(5):
+                    ticks.append(tick)
+                    await asyncio.sleep(0.02)
+                assert ledger.ran == []  # the loop went on while the writes were still held
+                let_go()
+                result, ended = await running, await failing_saga
+            assert ticks == [0, 1, 2, 3, 4]
+            assert read_on == [False]
+            assert (result.outcome, ended.outcome) == (
+                SagaOutcome.COMPLETED,
+                SagaOutcome.COMPENSATED,
+            )
         finally:
             sagacity.close()
 

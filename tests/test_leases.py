@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import functools
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from sagacity import (
 from sagacity.journal import SagaLease, SideEffectJournal
 from sagacity.testing import FakeClock
 from tests._shop import Shop, tools_of
+from tests.journal._awaited import driven
 from tests.processes._lease_child import Ledger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,35 +46,43 @@ def take(journal: SideEffectJournal, owner: str, now: datetime.datetime) -> Saga
     return journal.acquire_lease("s", owner, now=now, expires_at=now + MINUTE)
 
 
+@pytest.fixture(params=["sync", "async"])
+def journal(sagacity: Sagacity, request: pytest.FixtureRequest) -> Iterator[SideEffectJournal]:
+    """The journal, or the same driven from an event loop as async sagas drive it.
+
+    `async`: its appends, reads and lease takes are awaited on a loop (see
+    tests/journal/_awaited.py).
+    """
+    yield from driven(sagacity.journal, request.param)
+
+
 class TestJournalLeases:
-    def test_a_held_lease_refuses_another_worker(self, sagacity: Sagacity) -> None:
+    def test_a_held_lease_refuses_another_worker(self, journal: SideEffectJournal) -> None:
         """While a lease runs, another worker is refused, naming the holder and the time."""
-        journal = sagacity.journal
         lease = take(journal, "worker-a", T0)
         assert (lease.saga_id, lease.owner, lease.token) == ("s", "worker-a", 1)
         with pytest.raises(SagaBusyError, match="is held by worker-a until 2026-12-01T09:01"):
             take(journal, "worker-b", T0 + MINUTE / 2)
 
-    def test_an_expired_lease_is_taken_over_with_a_greater_token(self, sagacity: Sagacity) -> None:
+    def test_an_expired_lease_is_taken_over_with_a_greater_token(
+        self, journal: SideEffectJournal
+    ) -> None:
         """After its expiry a lease goes to the next worker, with the next token."""
-        journal = sagacity.journal
         first = take(journal, "worker-a", T0)
         second = take(journal, "worker-b", T0 + MINUTE)
         assert (second.owner, second.token) == ("worker-b", first.token + 1)
 
-    def test_a_released_lease_is_free_at_once(self, sagacity: Sagacity) -> None:
+    def test_a_released_lease_is_free_at_once(self, journal: SideEffectJournal) -> None:
         """A released lease can be taken before its expiry; tokens still grow."""
-        journal = sagacity.journal
         first = take(journal, "worker-a", T0)
         journal.release_lease(first)
         assert take(journal, "worker-b", T0).token == 2
 
-    def test_a_taken_over_holder_appends_nothing(self, sagacity: Sagacity) -> None:
+    def test_a_taken_over_holder_appends_nothing(self, journal: SideEffectJournal) -> None:
         """A holder whose lease was taken over is fenced: its appends and renewals fail.
 
         The new holder's appends are written; unfenced appends are not affected.
         """
-        journal = sagacity.journal
         old = take(journal, "worker-a", T0)
         journal.append("s", Phase.INTENT, tool_name="t", call_id="t#1", fence=old)
         new = take(journal, "worker-b", T0 + 2 * MINUTE)
@@ -113,35 +123,38 @@ class TestJournalLeases:
             writer.close()
             other.close()
 
+    @pytest.mark.parametrize("edge", ["sync", "async"])
     @pytest.mark.parametrize(
         "last_seen", ["its own append", "a read after the takeover", "its release", "its ENDED"]
     )
     def test_a_former_holder_with_a_warm_journal_writes_nothing(
-        self, shared_store_url: str, last_seen: str
+        self, shared_store_url: str, last_seen: str, edge: str
     ) -> None:
         """A holder's journal that knows the saga's head is fenced out all the same.
 
         Its next append would follow the head it knows with one INSERT: a takeover
         journaled TAKEN_OVER at that seq; after a release or an ENDED the journal no
         longer writes unchecked under the old token; and a read that moved its head
-        past TAKEN_OVER makes it check again.
+        past TAKEN_OVER makes it check again. The same for a former holder that takes,
+        appends and reads from an event loop (`edge`), as an async saga does.
         """
         former, taker = Sagacity.from_url(shared_store_url), Sagacity.from_url(shared_store_url)
         try:
-            old = take(former.journal, "worker-a", T0)
-            for call_id in ("t#1", "t#2"):  # the second one on PostgreSQL's fast path
-                former.journal.append("s", Phase.INTENT, tool_name="t", call_id=call_id, fence=old)
-            if last_seen == "its release":
-                former.journal.release_lease(old)
-            elif last_seen == "its ENDED":
-                former.journal.append("s", Phase.ENDED, payload={"outcome": "X"}, fence=old)
-            new = take(taker.journal, "worker-b", T0 + 2 * MINUTE)
-            if last_seen == "a read after the takeover":
-                assert former.journal.entries("s")[-1].phase is Phase.TAKEN_OVER
-            before = taker.journal.entries("s")
+            with contextlib.contextmanager(driven)(former.journal, edge) as journal:
+                old = take(journal, "worker-a", T0)
+                for call_id in ("t#1", "t#2"):  # the second one on PostgreSQL's fast path
+                    journal.append("s", Phase.INTENT, tool_name="t", call_id=call_id, fence=old)
+                if last_seen == "its release":
+                    journal.release_lease(old)
+                elif last_seen == "its ENDED":
+                    journal.append("s", Phase.ENDED, payload={"outcome": "X"}, fence=old)
+                new = take(taker.journal, "worker-b", T0 + 2 * MINUTE)
+                if last_seen == "a read after the takeover":
+                    assert journal.entries("s")[-1].phase is Phase.TAKEN_OVER
+                before = taker.journal.entries("s")
 
-            with pytest.raises(LeaseLostError, match="worker-a"):
-                former.journal.append("s", Phase.EXECUTED, call_id="t#2", ref_seq=2, fence=old)
+                with pytest.raises(LeaseLostError, match="worker-a"):
+                    journal.append("s", Phase.EXECUTED, call_id="t#2", ref_seq=2, fence=old)
             assert taker.journal.entries("s") == before
             taken_over = [e.payload for e in before if e.phase is Phase.TAKEN_OVER]
             if last_seen in ("its own append", "a read after the takeover"):
@@ -201,13 +214,14 @@ class TestJournalLeases:
             former.close()
             taker.close()
 
-    def test_an_ended_saga_frees_its_lease_without_a_release(self, sagacity: Sagacity) -> None:
+    def test_an_ended_saga_frees_its_lease_without_a_release(
+        self, journal: SideEffectJournal
+    ) -> None:
         """Writing ENDED frees the lease: the next worker takes it before its expiry.
 
         Ending a saga so costs no commit for the release; the ended holder is fenced as
         any other once the next one took the saga.
         """
-        journal = sagacity.journal
         old = take(journal, "worker-a", T0)
         journal.append("s", Phase.ENDED, payload={"outcome": "COMPLETED"}, fence=old)
         new = take(journal, "worker-b", T0)
@@ -215,20 +229,9 @@ class TestJournalLeases:
         with pytest.raises(LeaseLostError):
             journal.append("s", Phase.COMPENSATING, fence=old)
 
-    @pytest.mark.parametrize("from_async", [False, True], ids=["sync", "async"])
-    def test_a_lease_tells_the_head_it_was_taken_at(
-        self, sagacity: Sagacity, from_async: bool
-    ) -> None:
+    def test_a_lease_tells_the_head_it_was_taken_at(self, journal: SideEffectJournal) -> None:
         """0 for a saga with no entries, else its last seq: TAKEN_OVER's, after a takeover."""
-        journal = sagacity.journal
-
-        def taken(owner: str, now: datetime.datetime) -> SagaLease:
-            acquire = getattr(journal, "aacquire_lease", None) if from_async else None
-            if acquire is None:
-                return take(journal, owner, now)
-            lease: SagaLease = asyncio.run(acquire("s", owner, now=now, expires_at=now + MINUTE))
-            return lease
-
+        taken = functools.partial(take, journal)
         first = taken("worker-a", T0)
         assert first.head_seq == 0
         journal.append("s", Phase.INTENT, tool_name="t", call_id="t#1", fence=first)
@@ -238,9 +241,8 @@ class TestJournalLeases:
         assert taken("worker-c", T0 + 2 * MINUTE).head_seq == 3  # taken over
         assert journal.entries("s")[-1].phase is Phase.TAKEN_OVER
 
-    def test_renewal_moves_the_expiry(self, sagacity: Sagacity) -> None:
+    def test_renewal_moves_the_expiry(self, journal: SideEffectJournal) -> None:
         """A renewed lease holds past its first expiry."""
-        journal = sagacity.journal
         lease = journal.renew_lease(take(journal, "worker-a", T0), expires_at=T0 + 5 * MINUTE)
         assert lease.expires_at == T0 + 5 * MINUTE
         with pytest.raises(SagaBusyError):

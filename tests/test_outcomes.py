@@ -468,6 +468,37 @@ class TestOneEnd:
             sagacity.close()
             other.close()
 
+    async def test_a_failed_async_run_after_another_writer_ended_the_saga_undoes_nothing(
+        self, shared_store_url: str
+    ) -> None:
+        """A failed async run reads the journal again before compensating: ended, it stops.
+
+        Its walk would undo a saga that ended as the other writer recorded, and end it
+        twice.
+        """
+        sagacity, other = Sagacity.from_url(shared_store_url), Sagacity.from_url(shared_store_url)
+        shop = Shop()
+        tools = tools_of(sagacity, shop)
+
+        async def work() -> None:
+            tools["reserve_inventory"]("SKU-1")
+            other.journal.append("s", Phase.ENDED, payload={"outcome": "COMPLETED"})
+            await asyncio.sleep(0)
+            raise RuntimeError("the model gave up")
+
+        try:
+            with pytest.raises(SagaStateError, match="ended COMPLETED at seq 3 by another worker"):
+                await sagacity.asaga("s", work)
+            assert [e.phase for e in sagacity.history("s")] == [
+                Phase.INTENT,
+                Phase.EXECUTED,
+                Phase.ENDED,
+            ]
+            assert shop.log == ["reserve SKU-1"]  # nothing undone
+        finally:
+            sagacity.close()
+            other.close()
+
 
 class TestRerunAfterAFailure:
     def test_new_calls_are_refused_and_replays_still_return(self, sagacity: Sagacity) -> None:

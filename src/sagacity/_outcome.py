@@ -110,14 +110,18 @@ class SagaEnding:
 
     def finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run whose work returned `value` or raised `error`."""
-        if self._must_compensate(scope, error):
+        if self._failed(scope, error):
+            scope.refresh()
+            _refuse_if_ended(scope)
             report = self._runner.run(scope.history)
             return self.compensated(scope.history, report, value=value, error=error or scope.error)
         return self._settle(scope, value, error)
 
     async def afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run of async work (see `finish`); async compensations are awaited."""
-        if self._must_compensate(scope, error):
+        if self._failed(scope, error):
+            await scope.gate(scope.refresh)  # a read of the journal: off the loop
+            _refuse_if_ended(scope)
             report = await self._runner.arun(scope.history)
             return await asyncio.to_thread(
                 self.compensated, scope.history, report, value=value, error=error or scope.error
@@ -132,8 +136,13 @@ class SagaEnding:
         return _completed(scope.history, value)
 
     @staticmethod
-    def _must_compensate(scope: SagaScope, error: Exception | None) -> bool:
-        """Whether the run failed; raises if it may not touch the saga any more."""
+    def _failed(scope: SagaScope, error: Exception | None) -> bool:
+        """Whether the run failed, so that the saga must be compensated.
+
+        Raises if it may not touch the saga any more. Before compensating, the caller
+        reads the journal again and refuses a saga another worker ended
+        (`_refuse_if_ended`).
+        """
         _refuse_if_taken_over(scope, error)
         if not scope.failed and error is None:
             unanswered = scope.history.unanswered_retries()
@@ -147,13 +156,7 @@ class SagaEnding:
                     )
                 )
         # A refusal executed nothing: the saga stays open to be approved (or resolved) properly.
-        if not scope.failed and (error is None or isinstance(error, _REFUSALS)):
-            return False
-        # A run whose saga another worker ended meanwhile neither compensates nor ends it:
-        # its walk would undo a saga that ended as the other recorded, and end it twice.
-        scope.refresh()
-        scope.refuse_if_ended("it is not compensated or ended again")
-        return True
+        return scope.failed or (error is not None and not isinstance(error, _REFUSALS))
 
     def _settle(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         self._refuse(scope, error)
@@ -308,6 +311,15 @@ def _same_end(recorded: Any, payload: dict[str, Any]) -> bool:
     return {k: v for k, v in recorded.items() if k != "error"} == {
         k: v for k, v in payload.items() if k != "error"
     }
+
+
+def _refuse_if_ended(scope: SagaScope) -> None:
+    """Refuse a failed run whose saga another worker ended meanwhile (once re-read).
+
+    It neither compensates nor ends the saga: its walk would undo a saga that ended as
+    the other recorded, and end it twice.
+    """
+    scope.refuse_if_ended("it is not compensated or ended again")
 
 
 def _refuse_if_taken_over(scope: SagaScope, error: Exception | None) -> None:

@@ -19,7 +19,8 @@ run other calls of the saga in other threads at the same time. From async code, 
 `await scope.settled()`: an approval gate of the saga may hold the lock on a worker
 thread (`scope.gate(step)` runs a sync step so, alone among the saga's loop-side work).
 `finished_off_loop(step)` runs a sync step on a worker thread that a cancel waits for
-(`FinishedThenCancelled` carries what it returned).
+(`FinishedThenCancelled` carries what it returned); `entries_async(journal, saga_id)`
+reads a saga's journal from async code without blocking the loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope, current_scope
+from sagacity.journal._protocol import entries_async
 
 __all__ = [
     "CONTROL_FLOW",
@@ -35,6 +37,7 @@ __all__ = [
     "SagaHistory",
     "SagaScope",
     "current_scope",
+    "entries_async",
     "finished_off_loop",
     "payload_of",
 ]

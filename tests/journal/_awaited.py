@@ -2,7 +2,10 @@
 
 - `async`: every append is awaited on an event loop (`append_async`, the path async
   tools take): for SQLite a writer thread the loop awaits, for PostgreSQL the loop's
-  async connections.
+  async connections. So are the reads of a saga's entries (`entries_async`) and the
+  takes of a lease (`aacquire_lease`, where the journal has it), as an async saga
+  opens; releases and renewals run the sync methods, on a worker thread in an async
+  saga.
 - `batched`: every append is committed by the backend's group-commit batch path, as
   one of a batch (memory has none: its appends never wait).
 - `async batched`: PostgreSQL only, every append committed by the loop's batch path.
@@ -12,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
-from sagacity.journal import JournalEntry, Phase, SideEffectJournal
+from sagacity.journal import JournalEntry, Phase, SagaLease, SideEffectJournal
 from sagacity.journal._group import AppendRequest
-from sagacity.journal._protocol import append_async
+from sagacity.journal._protocol import append_async, entries_async
+
+T = TypeVar("T")
 
 EDGES = ["sync", "async", "batched", "async batched"]
 
@@ -37,7 +42,7 @@ class EventLoopThread:
 
 
 class DrivenJournal:
-    """A journal whose `append` goes through the `async` or `batched` edge; the rest as is."""
+    """A journal driven through an edge (appends; reads and lease takes `async`)."""
 
     def __init__(self, journal: SideEffectJournal, edge: str, loops: EventLoopThread) -> None:
         self._journal = journal
@@ -54,14 +59,23 @@ class DrivenJournal:
                 raise result
             return result
         if self._edge == "async batched":
-            future = asyncio.run_coroutine_threadsafe(
-                self._in_loop_batch(AppendRequest(saga_id, phase, **options)), self._loops.loop
-            )
-        else:
-            future = asyncio.run_coroutine_threadsafe(
-                append_async(self._journal, saga_id, phase, **options), self._loops.loop
-            )
-        return future.result()
+            return self._on_loop(self._in_loop_batch(AppendRequest(saga_id, phase, **options)))
+        return self._on_loop(append_async(self._journal, saga_id, phase, **options))
+
+    def entries(self, saga_id: str) -> list[JournalEntry]:
+        if self._edge != "async":
+            return self._journal.entries(saga_id)
+        return self._on_loop(entries_async(self._journal, saga_id))
+
+    def acquire_lease(self, saga_id: str, owner: str, **times: Any) -> SagaLease:
+        native = getattr(self._journal, "aacquire_lease", None)
+        if self._edge != "async" or native is None:
+            return self._journal.acquire_lease(saga_id, owner, **times)
+        lease: SagaLease = self._on_loop(native(saga_id, owner, **times))
+        return lease
+
+    def _on_loop(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loops.loop).result()
 
     async def _in_loop_batch(self, request: AppendRequest) -> JournalEntry:
         from sagacity.journal.postgres._async import LoopWriter

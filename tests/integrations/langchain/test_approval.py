@@ -21,6 +21,7 @@ from sagacity import (
 )
 from sagacity.audit import verify
 from sagacity.integrations.langchain import APPROVAL_INTERRUPT, langchain_tools
+from tests._threads import noting_this_thread
 from tests.integrations.langchain._agents import (
     AsyncOrderTools,
     OrderTools,
@@ -172,16 +173,28 @@ class TestApprovalPause:
         assert verify(sagacity.journal, "wire-1").ok
 
     async def test_a_framework_approval_without_a_sagacity_approval_is_refused(
-        self, stores: tuple[Sagacity, Sagacity], flavour: tuple[str, bool]
+        self,
+        stores: tuple[Sagacity, Sagacity],
+        flavour: tuple[str, bool],
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
-        """Command(resume=approved) alone runs nothing; the graph pauses again, still approvable."""
+        """Command(resume=approved) alone runs nothing; the graph pauses again, still approvable.
+
+        An async tool reads the stored request it pauses on from a worker thread.
+        """
         sagacity, approver = stores
         agent, shop = make_agent(sagacity, flavour, WIRE_TURN, "Sent.")
         await agent.start("wire-1")
+        read_on_the_loop: list[bool] = []
+        monkeypatch.setattr(
+            sagacity, "pending", noting_this_thread(sagacity.pending, read_on_the_loop)
+        )
 
         with pytest.raises(ApprovalMissingError, match="no approval is journaled"):
             await agent.resume("wire-1", {"approved": True})
 
+        if flavour[1]:  # async tools
+            assert read_on_the_loop == [False]
         assert shop.ran == []
         assert journal_of(sagacity, "wire-1") == [
             ("AWAITING_APPROVAL", "send_wire_transfer", "call-9")

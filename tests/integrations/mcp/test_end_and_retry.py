@@ -15,6 +15,7 @@ from sagacity.integrations.mcp import (
     request_compensate_saga,
     request_end_saga,
 )
+from tests._threads import noting_this_thread
 from tests.integrations.mcp._shop import meta
 
 
@@ -96,3 +97,41 @@ class TestCompensateRequest:
                 await request_compensate_saga(client, "ok")
 
         assert lockers.freed == []
+
+
+class TestTheLoopIsNotBlocked:
+    async def test_ending_and_compensating_read_the_journal_off_the_loop(
+        self, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Every read of the journal an MCP request makes runs on a worker thread.
+
+        A read on the loop would wait there for the journal's connection whenever
+        another saga's commit holds it, and stall every request of the server meanwhile.
+        """
+        sagacity = Sagacity.from_url(sqlite_url)
+        lockers = Lockers()
+        lockers.api_down = False
+        read_on_the_loop: list[bool] = []
+        journal = sagacity.journal
+        monkeypatch.setattr(
+            journal, "entries", noting_this_thread(journal.entries, read_on_the_loop)
+        )
+        try:
+            async with Client(mcp_server(sagacity, lockers)) as client:
+                await client.call_tool("book", {"locker": "L1"}, meta=meta("failed"))
+                await client.call_tool("jam", {"locker": "L2"}, meta=meta("failed"))
+                await client.call_tool("book", {"locker": "L3"}, meta=meta("done"))
+                failed = await request_end_saga(client, "failed")
+                again = await request_compensate_saga(client, "failed")
+                done = await request_end_saga(client, "done")
+        finally:
+            sagacity.close()
+
+        assert (failed.outcome, again.outcome, done.outcome) == (
+            "COMPENSATED",
+            "COMPENSATED",
+            "COMPLETED",
+        )
+        assert lockers.freed == ["booked-L1"]
+        assert read_on_the_loop != []
+        assert not any(read_on_the_loop)

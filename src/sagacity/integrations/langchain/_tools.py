@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
 import functools
@@ -235,7 +236,7 @@ def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
             try:
                 result = await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
             except ApprovalError as refusal:
-                _pause_refused(tool, call_id, refusal)
+                await _apause_refused(tool, call_id, refusal)
                 raise
             finally:
                 _this_call.reset(token)
@@ -364,11 +365,28 @@ def _pause_refused(tool: SagaTool, call_id: str | None, refusal: ApprovalError) 
     # The refused call never started, so `sagacity.current_call()` is None here: the
     # saga and its refusal are those of the scope the work runs in.
     scope = current_scope()
-    if scope is None or not can_interrupt():
-        return
+    if scope is not None and can_interrupt():
+        _pause_again(tool, call_id, refusal, scope, scope.owner.pending(scope.saga_id))
+
+
+async def _apause_refused(tool: SagaTool, call_id: str | None, refusal: ApprovalError) -> None:
+    """`_pause_refused` from async code: the store and journal are read on a worker thread."""
+    scope = current_scope()
+    if scope is not None and can_interrupt():
+        pending = await asyncio.to_thread(scope.owner.pending, scope.saga_id)
+        _pause_again(tool, call_id, refusal, scope, pending)
+
+
+def _pause_again(
+    tool: SagaTool,
+    call_id: str | None,
+    refusal: ApprovalError,
+    scope: SagaScope,
+    pending: list[ApprovalRequest],
+) -> None:
     stored = [
         request
-        for request in scope.owner.pending(scope.saga_id)
+        for request in pending
         if request.call_id == call_id and request.tool_name == tool.name
     ]
     pause_graph(

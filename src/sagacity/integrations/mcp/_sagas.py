@@ -31,6 +31,7 @@ from sagacity.adapter import (
     FinishedThenCancelled,
     SagaHistory,
     SagaScope,
+    entries_async,
     finished_off_loop,
     payload_of,
 )
@@ -419,7 +420,7 @@ class OpenSagas:
                 self._ending.discard(saga_id)
 
     async def _end(self, saga_id: str) -> SagaResult:
-        history = SagaHistory.of(saga_id, self.sagacity.history(saga_id))
+        history = await _history(self.sagacity, saga_id)
         if not history.entries:
             raise SagaNotFoundError(
                 f"saga {saga_id!r} has no journal entries: no journaled call carried it in "
@@ -435,7 +436,7 @@ class OpenSagas:
             history.may_have_run(call) for call in history.calls.values()
         ):
             return await self.sagacity.acompensate(saga_id)
-        pending = self.sagacity.pending(saga_id)
+        pending = await asyncio.to_thread(self.sagacity.pending, saga_id)
         if pending:
             return SagaResult(
                 saga_id=saga_id, outcome=SagaOutcome.AWAITING_APPROVAL, pending=pending
@@ -445,6 +446,11 @@ class OpenSagas:
 
 async def _nothing() -> None:
     """The work of a saga ended over MCP: its calls ran in earlier requests."""
+
+
+async def _history(sagacity: Sagacity, saga_id: str) -> SagaHistory:
+    """The saga's history, its journal read without blocking the loop."""
+    return SagaHistory.of(saga_id, await entries_async(sagacity.journal, saga_id))
 
 
 _registry_lock = threading.Lock()
@@ -468,12 +474,12 @@ async def handle_end_request(sagacity: Sagacity, params: EndSagaParams) -> EndSa
         raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
     except SagacityError as error:
         raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
-    return _answer(sagacity, result)
+    return await _answer(sagacity, result)
 
 
-def _answer(sagacity: Sagacity, result: SagaResult) -> EndSagaResult:
+async def _answer(sagacity: Sagacity, result: SagaResult) -> EndSagaResult:
     """The wire answer for `result`: the lists of the saga's ENDED entry once it has one."""
-    ended = SagaHistory.of(result.saga_id, sagacity.history(result.saga_id)).ended
+    ended = (await _history(sagacity, result.saga_id)).ended
     payload = payload_of(ended) if ended is not None else None
     return EndSagaResult.of(result, payload)
 
@@ -491,7 +497,7 @@ async def handle_compensate_request(sagacity: Sagacity, params: EndSagaParams) -
     one is never undone by a retry. The walk never repeats an undo journaled COMPENSATED.
     """
     saga_id = params.saga_id
-    history = SagaHistory.of(saga_id, sagacity.history(saga_id))
+    history = await _history(sagacity, saga_id)
     if not history.entries:
         raise MCPError(code=INVALID_PARAMS, message=f"saga {saga_id!r} has no journal entries")
     if history.ended is None:
@@ -512,4 +518,4 @@ async def handle_compensate_request(sagacity: Sagacity, params: EndSagaParams) -
             raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
         except SagacityError as error:
             raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
-    return _answer(sagacity, result)
+    return await _answer(sagacity, result)
