@@ -56,7 +56,8 @@ class CompensationReport:
     """Calls whose outcome is unknown (`Sagacity.resolve` settles them), and calls whose
     compensation started with its outcome unknown (`Sagacity.resolve_compensation`):
     never acted on, except a compensation declared idempotent, which the next walk runs
-    again."""
+    again. Also calls that executed after the walk's last step, which the next walk
+    undoes."""
 
     @property
     def clean(self) -> bool:

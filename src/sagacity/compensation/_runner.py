@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from sagacity import _telemetry
@@ -120,7 +120,7 @@ class CompensationRunner:
     def run(self, history: SagaHistory) -> CompensationReport:
         """Run the walk; an async compensation is run to completion on a fresh loop."""
         plan = self._plan(history)
-        for step in plan.to_run:
+        for step in self._steps(history, plan):
             if step.compensation is None:
                 self._record(history, step.executed, {"error": _not_registered(step.executed)})
                 continue
@@ -132,7 +132,7 @@ class CompensationRunner:
     async def arun(self, history: SagaHistory) -> CompensationReport:
         """Run the walk, awaiting async compensations and the journal's commits."""
         plan = self._plan(history)
-        for step in plan.to_run:
+        for step in self._steps(history, plan):
             if step.compensation is None:
                 failure: dict[str, JsonValue] = {"error": _not_registered(step.executed)}
                 await self._arecord(history, step.executed, failure)
@@ -255,6 +255,24 @@ class CompensationRunner:
         if tracing is not None:
             tracing.compensation_ended(history.saga_id, executed, failure is not None)
 
+    def _steps(self, history: SagaHistory, plan: _Plan) -> Iterator[_Step]:
+        """The plan's steps, then those of calls that executed while they ran, once each.
+
+        A call the work left running (a task of an `asyncio.gather` that raised at the
+        first failure, a thread) can record EXECUTED during the walk: it is undone too,
+        after the others, instead of being left live under a COMPENSATED saga. A call
+        still running when the walk ends is in doubt (`_report`).
+        """
+        attempted: set[int] = set()
+        steps = plan.to_run
+        while steps:
+            for step in steps:
+                attempted.add(step.executed.seq)
+                yield step
+            later = self._plan(history)
+            plan.skipped += [ref for ref in later.skipped if ref not in plan.skipped]
+            steps = [step for step in later.to_run if step.executed.seq not in attempted]
+
     def _plan(self, history: SagaHistory) -> _Plan:
         to_run: list[_Step] = []
         skipped: list[CallRef] = []
@@ -284,6 +302,7 @@ class CompensationRunner:
                 compensated.append(_ref(call.outcome))
             elif not call.compensation_in_doubt:
                 failed.append(_ref(call.outcome, _failure_text(call.compensation)))
+        skipped = {ref.seq for ref in plan.skipped}
         in_doubt: list[CallRef] = []
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
             if history.may_have_run(call):
@@ -291,6 +310,10 @@ class CompensationRunner:
             elif call.executed and _compensation_in_doubt(call):
                 assert call.outcome is not None
                 in_doubt.append(_ref(call.outcome, _compensation_reason(call)))
+            elif call.executed and call.compensating is None and call.compensation is None:
+                assert call.outcome is not None
+                if call.outcome.seq not in skipped:
+                    in_doubt.append(_ref(call.outcome, _LATE))
         return CompensationReport(
             saga_id=history.saga_id,
             compensated=compensated,
@@ -298,6 +321,13 @@ class CompensationRunner:
             skipped=plan.skipped,
             in_doubt=in_doubt,
         )
+
+
+_LATE = (
+    "it executed after the compensation walk had planned its undos, and was not undone; "
+    "compensate the saga again to undo it"
+)
+"""Why an executed call the walk never reached is listed in doubt: it is live."""
 
 
 def _compensation_in_doubt(call: CallState) -> bool:
