@@ -839,6 +839,53 @@ class TestCancelScopes:
         finally:
             sagacity.close()
 
+    async def test_a_scope_cancelled_while_a_failure_commits_ends_at_the_scope(
+        self, shared_store_url: str
+    ) -> None:
+        """The cancel raised once the FAILED is committed is the scope's: the work goes on.
+
+        It is raised while the tool's own error is being handled; chained to that error
+        instead of to the scope's cancel, it would pass the scope by and cancel the
+        whole saga.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        raise_now = asyncio.Event()
+
+        @compensable(by=lambda: None)
+        async def refuse(order: str) -> str:
+            await raise_now.wait()
+            raise RuntimeError(f"order {order} refused")
+
+        (tool,) = sagacity.wrap(refuse)
+        scope = anyio.CancelScope()
+
+        async def work() -> str:
+            with scope:
+                await tool("o-1")
+            return "went on"
+
+        try:
+            running = asyncio.create_task(sagacity.asaga("scoped", work))
+            await until(lambda: len(sagacity.history("scoped")) == 1, "the INTENT is in")
+            appends = AsyncAppends(sagacity)
+            with (
+                writes_held(shared_store_url, sagacity, "scoped") as let_go,
+                released_after(let_go),
+            ):
+                raise_now.set()
+                await until(lambda: appends.in_flight > 0, "the FAILED is being committed")
+                scope.cancel()
+                let_go()
+                result = await running
+            assert (result.outcome, result.value) == (SagaOutcome.COMPENSATED, "went on")
+            assert [e.phase for e in sagacity.history("scoped")] == [
+                Phase.INTENT,
+                Phase.FAILED,
+                Phase.ENDED,
+            ]
+        finally:
+            sagacity.close()
+
 
 class TestCancellation:
     async def test_cancelled_while_its_intent_commits_leaves_an_intent_in_doubt(

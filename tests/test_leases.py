@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from sagacity import (
@@ -43,7 +44,13 @@ MINUTE = datetime.timedelta(minutes=1)
 
 
 def take(journal: SideEffectJournal, owner: str, now: datetime.datetime) -> SagaLease:
-    return journal.acquire_lease("s", owner, now=now, expires_at=now + MINUTE)
+    return take_saga(journal, "s", owner, now)
+
+
+def take_saga(
+    journal: SideEffectJournal, saga_id: str, owner: str, now: datetime.datetime
+) -> SagaLease:
+    return journal.acquire_lease(saga_id, owner, now=now, expires_at=now + MINUTE)
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -548,6 +555,32 @@ class TestWaitingFromAsyncCode:
         finally:
             holder.close()
             waiter.close()
+
+    async def test_a_saga_cut_short_while_it_takes_its_lease_lets_it_go(
+        self, store_url: str
+    ) -> None:
+        """`anyio.move_on_after(0)` cancels the take, then the release, at every await.
+
+        The release still runs: another worker takes each saga at once, not after the
+        lease's 30 s.
+        """
+        sagacity = Sagacity.from_url(store_url)
+        other = Sagacity.from_url(store_url) if not store_url.startswith("memory") else sagacity
+
+        async def work() -> None:
+            """Never reached: the saga is cut short before its work starts."""
+
+        try:
+            for n in range(8):
+                with anyio.move_on_after(0):
+                    await sagacity.asaga(f"cut-{n}", work)
+            for n in range(8):
+                lease = take_saga(other.journal, f"cut-{n}", "worker-b", other.now())
+                assert lease.owner == "worker-b"
+        finally:
+            sagacity.close()
+            if other is not sagacity:
+                other.close()
 
     async def test_two_async_workers_racing_one_saga_run_its_work_once(
         self, shared_store_url: str

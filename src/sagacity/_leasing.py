@@ -104,7 +104,10 @@ class LeaseKeeper:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(trying)
             if not trying.cancelled() and trying.exception() is None and trying.result():
-                await asyncio.to_thread(self.__exit__, None, None, None)
+                # Through further cancels (anyio's scopes cancel at every await): a
+                # release cancelled before its thread started would hold the saga until
+                # the lease expired.
+                await finished_off_loop(lambda: self.__exit__(None, None, None))
             raise
 
     async def __aexit__(
