@@ -839,14 +839,15 @@ class TestCancelScopes:
         finally:
             sagacity.close()
 
+    @pytest.mark.parametrize("awaited", ["plainly", "in an except block"])
     async def test_a_scope_cancelled_while_a_failure_commits_ends_at_the_scope(
-        self, shared_store_url: str
+        self, shared_store_url: str, awaited: str
     ) -> None:
         """The cancel raised once the FAILED is committed is the scope's: the work goes on.
 
-        It is raised while the tool's own error is being handled; chained to that error
-        instead of to the scope's cancel, it would pass the scope by and cancel the
-        whole saga.
+        It is raised while the tool's own error is being handled, and maybe an error of
+        the work's own up the stack; chained to either instead of to the scope's cancel,
+        it would pass the scope by and cancel the whole saga.
         """
         sagacity = Sagacity.from_url(shared_store_url)
         raise_now = asyncio.Event()
@@ -860,8 +861,15 @@ class TestCancelScopes:
         scope = anyio.CancelScope()
 
         async def work() -> str:
-            with scope:
-                await tool("o-1")
+            if awaited == "plainly":
+                with scope:
+                    await tool("o-1")
+                return "went on"
+            try:
+                raise LookupError("the first supplier has none")
+            except LookupError:
+                with scope:
+                    await tool("o-1")
             return "went on"
 
         try:
@@ -885,6 +893,49 @@ class TestCancelScopes:
             ]
         finally:
             sagacity.close()
+
+    async def test_a_failed_tool_raises_its_own_error_with_its_own_chain(
+        self, sagacity: Sagacity
+    ) -> None:
+        """The error the work gets is the tool's, chained as the tool chained it.
+
+        Not to an error the work itself was handling when it made the call.
+        """
+
+        @compensable(by=lambda: None)
+        async def look_up(key: str) -> str:
+            try:
+                return {"a": "1"}[key]
+            except KeyError:
+                raise ValueError(f"no value for {key}") from None
+
+        @compensable(by=lambda: None)
+        async def convert(key: str) -> str:
+            try:
+                return {"a": "1"}[key]
+            except KeyError:
+                raise ValueError(f"cannot convert {key}")  # noqa: B904 (the chain tested)
+
+        tools = {tool.name: tool for tool in sagacity.wrap(look_up, convert)}
+        seen: list[BaseException] = []
+
+        async def work() -> None:
+            for name in ("look_up", "convert"):
+                try:
+                    raise OSError("the cache is down")
+                except OSError:
+                    try:
+                        await tools[name]("b")
+                    except ValueError as error:
+                        seen.append(error)
+
+        await sagacity.asaga("chained", work)
+        suppressed, chained = seen
+        assert (suppressed.__suppress_context__, repr(suppressed.__context__)) == (
+            True,
+            "KeyError('b')",
+        )
+        assert repr(chained.__context__) == "KeyError('b')"
 
 
 class TestCancellation:

@@ -263,14 +263,10 @@ class SagaTool:
                         result = await result
                     break
                 except BaseException as error:
-                    failure = error
-                # Out of the `except` block: a cancel raised while the outcome is
-                # committed stays chained to the cancel that came (an anyio scope knows
-                # its own by that chain), not to the tool's error.
-                wait = await call.aretry(failure)
-                if wait is None:
-                    await call.afailed(failure)
-                    raise failure
+                    wait = await call.aretry(error)
+                    if wait is None:
+                        await call.afailed(error)
+                        raise
                 await asyncio.sleep(wait)
         finally:
             _call.reset(token)

@@ -405,12 +405,19 @@ async def kept(
 
 
 def cancel_of(error: asyncio.CancelledError, caught: asyncio.CancelledError) -> BaseException:
-    """`error` raised for the cancel `caught`: chained to it, as a canceller tells its own.
+    """`error` to raise for the cancel `caught`, so that its canceller knows it as its own.
 
-    anyio, for one, recognizes its cancel by the message of a `CancelledError` or of one
-    in its `__context__`. Raise it outside an `except` block, which would set the
-    context to the error it handles.
+    anyio, for one, recognizes its cancel by its message: a `CancelledError` whose message,
+    or that of one before it in a `__context__` chain of `CancelledError`s, starts with
+    its own. The chain alone does not last: a `raise` made while another exception is
+    handled, in this frame or up the stack (a tool's error, an error of the work's own),
+    chains to that one instead, as does a future's result raised again. So `error`'s
+    message starts with the message of `caught`, if it has one; and its `__context__` is
+    `caught` (raise it outside an `except` block to keep it).
     """
+    cause = caught.args[0] if caught.args and isinstance(caught.args[0], str) else None
+    if cause is not None and not (error.args and str(error.args[0]).startswith(cause)):
+        error.args = (f"{cause}: {error.args[0]}", *error.args[1:]) if error.args else (cause,)
     error.__context__ = caught
     return error
 

@@ -309,14 +309,10 @@ class OpenSagas:
             # Approvals, other servers' calls and an ending may have been journaled
             # elsewhere since the last call: the journal, not memory, says where it stands.
             await saga.scope.gate(lambda: self._read(saga_id, saga))
-        except BaseException as error:
-            failure = error
-        else:
-            return saga
-        # Out of the `except` block, so that a cancel raised while leaving stays chained
-        # to the cancel that came, not to the read's error.
-        await self._leave(saga_id, saga)
-        raise failure
+        except BaseException:
+            await self._leave(saga_id, saga)
+            raise
+        return saga
 
     def _join(self, saga_id: str) -> _OpenSaga:
         """Count a request in the saga, joining it if no other request holds it here."""
