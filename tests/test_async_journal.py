@@ -614,8 +614,44 @@ class TestTheApprovalGateOffTheLoop:
             sagacity.close()
 
 
+SETTLING = """
+import asyncio
+from sagacity._scope import _Gates
+
+async def main():
+    gates = _Gates(asyncio.get_running_loop())
+    await gates.turn.acquire()  # a gate holds the turn
+    queued = asyncio.create_task(gates.run(lambda: None))
+    await asyncio.sleep(0)  # it waits for its turn
+    waiting = asyncio.create_task(gates.{wait}())  # runs before the queued gate's cancel
+    queued.cancel()
+    gates.turn.release()  # its first waiter is cancelled: no one is woken
+    await asyncio.wait_for(waiting, 5)
+    print("settled", f"gating={{gates.gating}}")
+
+asyncio.run(main())
+"""
+
+
 class TestGatesAndTheirSiblings:
     """What waits for a gate, and what does not, on every backend."""
+
+    @pytest.mark.parametrize("wait", ["settled", "settle_holding_cancels"])
+    def test_a_gate_cancelled_in_its_queue_lets_the_saga_settle(self, wait: str) -> None:
+        """Work waiting for the saga's gates waits for them to end, not for a free turn.
+
+        A gate cancelled while it waits for its turn still counts until its task runs. A
+        wait that took the turn, free then, would not wait, and would check again before
+        that task could run, for good: the loop would be stuck. An MCP request cut short
+        by its client did this once in a few hundred runs. The wait runs in a child
+        process, so that a stuck loop fails the test instead of hanging the suite.
+        """
+        script = SETTLING.format(wait=wait)
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["settled", "gating=0"]
 
     async def test_an_outcome_behind_a_gate_is_journaled_through_a_cancel(
         self, store_url: str
@@ -767,47 +803,11 @@ class TestGatesAndTheirSiblings:
             sagacity.close()
 
 
-SETTLING = """
-import asyncio
-from sagacity._scope import _Gates
-
-async def main():
-    gates = _Gates(asyncio.get_running_loop())
-    await gates.turn.acquire()  # a gate holds the turn
-    queued = asyncio.create_task(gates.run(lambda: None))
-    await asyncio.sleep(0)  # it waits for its turn
-    waiting = asyncio.create_task(gates.{wait}())  # runs before the queued gate's cancel
-    queued.cancel()
-    gates.turn.release()  # its first waiter is cancelled: no one is woken
-    await asyncio.wait_for(waiting, 5)
-    print("settled", f"gating={{gates.gating}}")
-
-asyncio.run(main())
-"""
-
-
 class TestCancelScopes:
     """anyio's cancel scopes (MCP, PydanticAI) cancel again at every await until they exit.
 
     What sagacity waits for through a cancel, it waits for through all of them.
     """
-
-    @pytest.mark.parametrize("wait", ["settled", "settle_holding_cancels"])
-    def test_a_gate_cancelled_in_its_queue_lets_the_saga_settle(self, wait: str) -> None:
-        """Work waiting for the saga's gates waits for them to end, not for a free turn.
-
-        A gate cancelled while it waits for its turn still counts until its task runs. A
-        wait that took the turn, free then, would not wait, and would check again before
-        that task could run, for good: the loop would be stuck. An MCP request cut short
-        by its client did this once in a few hundred runs. The wait runs in a child
-        process, so that a stuck loop fails the test instead of hanging the suite.
-        """
-        script = SETTLING.format(wait=wait)
-        done = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
-        )
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == ["settled", "gating=0"]
 
     async def test_an_outcome_is_journaled_through_a_scope_that_cancels_again(
         self, store_url: str
