@@ -888,10 +888,11 @@ class TestCancelScopes:
         it would pass the scope by and cancel the whole saga.
         """
         sagacity = Sagacity.from_url(shared_store_url)
-        raise_now = asyncio.Event()
+        started, raise_now = asyncio.Event(), asyncio.Event()
 
         @compensable(by=lambda: None)
         async def refuse(order: str) -> str:
+            started.set()
             await raise_now.wait()
             raise RuntimeError(f"order {order} refused")
 
@@ -912,7 +913,9 @@ class TestCancelScopes:
 
         try:
             running = asyncio.create_task(sagacity.asaga("scoped", work))
-            await until(lambda: len(sagacity.history("scoped")) == 1, "the INTENT is in")
+            # Not the INTENT's row read back: its commit can still be in flight (a cancel
+            # then leaves it in doubt); a tool that started has its INTENT's slot ended.
+            await started.wait()
             appends = AsyncAppends(sagacity)
             with (
                 writes_held(shared_store_url, sagacity, "scoped") as let_go,
