@@ -233,6 +233,70 @@ class TestCancelledWhileAppendingAlone:
         assert [e.phase for e in journal.entries("order-1")] == [Phase.INTENT]
 
 
+class TestPreparedAppends:
+    """An async append's INSERT goes as a statement prepared on its connection."""
+
+    @staticmethod
+    async def prepared_on(journal: PostgresJournal) -> list[str]:
+        (lease,) = journal._async_idle._idle
+        rows = await (await lease.conn.execute("SELECT name FROM pg_prepared_statements")).fetchall()
+        return sorted(name for (name,) in rows if name.startswith("sagacity_"))
+
+    async def test_appends_are_chained_and_their_insert_prepared_once(
+        self, journal: PostgresJournal
+    ) -> None:
+        entries = [await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")]
+        for seq in range(2, 6):
+            entries.append(
+                await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+            )
+            assert entries[-1].seq == seq
+        assert journal.entries("order-1") == entries
+        assert verify(journal).ok
+        assert len(await self.prepared_on(journal)) == 1
+
+    async def test_a_statement_the_server_forgot_is_prepared_again(
+        self, journal: PostgresJournal
+    ) -> None:
+        """`DEALLOCATE ALL` on the connection: the next append is not lost, nor doubled."""
+        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+        (lease,) = journal._async_idle._idle
+        await lease.conn.execute("DEALLOCATE ALL")
+        assert await self.prepared_on(journal) == []
+        entry = await journal.aappend("order-1", Phase.INTENT, tool_name="charge")
+        assert [e.seq for e in journal.entries("order-1")] == [1, 2, 3]
+        assert entry.seq == 3
+        assert len(await self.prepared_on(journal)) == 1
+        assert verify(journal).ok
+
+    async def test_a_statement_prepared_by_a_reply_lost_is_used(
+        self, journal: PostgresJournal
+    ) -> None:
+        """A PREPARE cancelled after the server ran it: the next append uses its statement."""
+        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+        (lease,) = journal._async_idle._idle
+        lease.prepared.clear()  # the server has it; the connection's record does not
+        entry = await journal.aappend("order-1", Phase.INTENT, tool_name="charge")
+        assert entry.seq == 3
+        assert journal.entries("order-1")[-1] == entry
+        assert lease.prepared != set()
+
+    async def test_a_value_a_text_parameter_cannot_carry_is_refused_as_before(
+        self, journal: PostgresJournal
+    ) -> None:
+        """A NUL goes to psycopg, which refuses it: a JournalError naming the saga."""
+        first = await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        with pytest.raises(JournalError) as refused:
+            await journal.aappend("order-1", Phase.EXECUTED, tool_name="bad\x00name", ref_seq=1)
+        message = str(refused.value)
+        assert message.startswith("saga 'order-1': cannot append EXECUTED of tool 'bad\\x00name'")
+        assert message.endswith("the entry was not written")
+        assert journal.entries("order-1") == [first]
+        assert (await journal.aappend("order-1", Phase.ENDED)).seq == 2
+
+
 class TestCancelledWhileTakingTheLease:
     async def test_the_lease_it_took_is_let_go(self, pg_url: str, admin: Admin) -> None:
         """Cancelled while its lease statement waits: the lease, once taken, is released.

@@ -88,11 +88,13 @@ class _PendingTake:
 
 
 class _AsyncLease:
-    __slots__ = ("conn", "cursor")
+    __slots__ = ("conn", "cursor", "prepared")
 
     def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.conn = conn
         self.cursor = conn.cursor()
+        self.prepared: set[bytes] = set()
+        """The statements prepared on the connection (see `arun_steps`)."""
 
 
 class IdleConnections:
@@ -403,7 +405,7 @@ class LoopWriter:
             try:
                 lease = await self._checkout(deadline)
                 try:
-                    return await arun_steps(lease.cursor, journal._attempt(append))
+                    return await arun_steps(lease.cursor, journal._attempt(append), lease.prepared)
                 finally:
                     self._checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:

@@ -73,7 +73,15 @@ from sagacity.journal.postgres._batch import append_batch, bulk_insert_sql
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
 from sagacity.journal.postgres._leases import LeaseStatements, LeaseTake, Taken
 from sagacity.journal.postgres._schema import LEASE_LOST, LOCK_CLASS, advisory_key
-from sagacity.journal.postgres._steps import ALL, NOTHING, ONE, Statement, Steps, run_steps
+from sagacity.journal.postgres._steps import (
+    ALL,
+    NOTHING,
+    ONE,
+    PreparedSql,
+    Statement,
+    Steps,
+    run_steps,
+)
 
 __all__ = ["AppendStats", "PostgresJournal"]
 
@@ -350,6 +358,8 @@ class PostgresJournal:
             f"WHERE EXISTS (SELECT 1 FROM {leases} WHERE saga_id = %s AND token = %s::bigint "
             "FOR SHARE)"
         ).encode()
+        self._prepared_insert = PreparedSql.of(self._sql_insert)
+        self._prepared_insert_fenced = PreparedSql.of(self._sql_insert_fenced)
         self._sql_insert_bulk = bulk_insert_sql(table, _COLUMNS)  # see _batch.py
         self._leases = LeaseStatements(self._db)
         function = self._db.tables.prefix + "sagacity_append_locked"
@@ -690,10 +700,13 @@ class PostgresJournal:
         fence = append.fence
         try:
             if fence is None or not checked:
-                yield Statement(self._sql_insert, row, NOTHING)
+                yield Statement(self._sql_insert, row, NOTHING, self._prepared_insert)
                 return True
             count, _ = yield Statement(
-                self._sql_insert_fenced, (*row, append.saga_id, fence.token), NOTHING
+                self._sql_insert_fenced,
+                (*row, append.saga_id, fence.token),
+                NOTHING,
+                self._prepared_insert_fenced,
             )
         except psycopg.errors.UniqueViolation:
             return False
