@@ -260,6 +260,34 @@ class TestLockedPath:
             journal.close()
 
 
+class TestPreparedAppends:
+    """A sync append's INSERT goes as a statement prepared on its pooled connection."""
+
+    @staticmethod
+    def prepared_on(journal: PostgresJournal) -> list[str]:
+        with journal.database.connection(time.monotonic() + 5) as conn:
+            rows = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+        return sorted(name for (name,) in rows if name.startswith("sagacity_"))
+
+    def test_a_statement_the_server_forgot_is_prepared_again(self, pg_url: str) -> None:
+        """`DEALLOCATE ALL` on the one connection: the next append is not lost, nor doubled."""
+        journal = PostgresJournal(with_query(pg_url, pool_max_size="1"))
+        try:
+            journal.append("order-1", Phase.INTENT, tool_name="reserve")
+            journal.append("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+            assert len(self.prepared_on(journal)) == 1
+            with journal.database.connection(time.monotonic() + 5) as conn:
+                conn.execute("DEALLOCATE ALL")
+            assert self.prepared_on(journal) == []
+            entry = journal.append("order-1", Phase.INTENT, tool_name="charge")
+            assert entry.seq == 3
+            assert [e.seq for e in journal.entries("order-1")] == [1, 2, 3]
+            assert len(self.prepared_on(journal)) == 1
+            assert verify(journal).ok
+        finally:
+            journal.close()
+
+
 class TestErrors:
     def test_a_database_error_names_the_saga(self, pg_url: str) -> None:
         """A value PostgreSQL refuses becomes a JournalError naming the saga; nothing is kept."""

@@ -7,6 +7,7 @@ import dataclasses
 import select
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -147,6 +148,10 @@ class PostgresDatabase:
         self._waiting = 0
         """Threads waiting for the pool; while any does, connections go back to it."""
         self._leases_guard = threading.Lock()
+        self._prepared: weakref.WeakKeyDictionary[psycopg.Connection[Any], set[bytes]] = (
+            weakref.WeakKeyDictionary()
+        )
+        """The statements prepared on each connection of the pool (see `run_steps`)."""
         self.pool: psycopg_pool.ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = (
             psycopg_pool.ConnectionPool(
                 self.settings.conninfo,
@@ -260,7 +265,9 @@ class PostgresDatabase:
                 remaining = deadline - time.monotonic()
                 try:
                     conn = self.pool.getconn(timeout=max(min(wait, remaining), 0.001))
-                    return Lease(conn, time.monotonic())
+                    with self._leases_guard:
+                        prepared = self._prepared.setdefault(conn, set())
+                    return Lease(conn, time.monotonic(), prepared)
                 except psycopg_pool.PoolTimeout:
                     if remaining <= wait:
                         raise
@@ -355,15 +362,19 @@ class PostgresDatabase:
 class Lease:
     """A connection taken from the pool, with a cursor kept for its statements."""
 
-    __slots__ = ("conn", "cursor", "since")
+    __slots__ = ("conn", "cursor", "prepared", "since")
 
-    def __init__(self, conn: psycopg.Connection[tuple[Any, ...]], since: float) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[tuple[Any, ...]], since: float, prepared: set[bytes]
+    ) -> None:
         self.conn = conn
         self.cursor = conn.cursor()
         """Reused for the fast path's statements: creating a cursor per statement costs
         more than a tenth of the client's time for an append."""
         self.since = since
         """When it came out of the pool (`time.monotonic()`)."""
+        self.prepared = prepared
+        """The statements prepared on the connection, whichever lease held it (`run_steps`)."""
 
 
 def server_spoke(conn: psycopg.BaseConnection[Any]) -> bool:

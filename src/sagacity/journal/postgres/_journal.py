@@ -530,7 +530,7 @@ class PostgresJournal:
             try:
                 lease = db.checkout(deadline)
                 try:
-                    return run_steps(lease.cursor, self._attempt(append))
+                    return run_steps(lease.cursor, self._attempt(append), lease.prepared)
                 finally:
                     db.checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:

@@ -6,11 +6,11 @@ once, as a generator that yields each `Statement` and receives its answer, or th
 sync cursor, `arun_steps` on an async one: the event loop awaits each statement without
 a thread in between, and neither copy of the logic can drift from the other.
 
-An async append's own statements (`Statement.prepared`) go as server-side prepared
-statements with their parameters as text, on the connection's libpq handle
-(`aexecute_prepared`): psycopg's cursor spends a quarter of an append's client time
-adapting and describing a statement whose shape never changes, and the event loop is the
-one CPU that every saga of a process shares.
+An append's own `INSERT` (`Statement.prepared`) goes as a server-side prepared
+statement with its parameters as text, on the connection's libpq handle
+(`execute_prepared`): psycopg's cursor spends a quarter of an append's client time
+adapting and describing a statement whose shape never changes; on an event loop, that is
+time taken from every other saga of the process.
 """
 
 from __future__ import annotations
@@ -73,12 +73,23 @@ Answer = tuple[int, Any]
 Steps = Generator[Statement, Answer, T]
 
 
-def run_steps(cursor: psycopg.Cursor[Any], steps: Steps[T]) -> T:
-    """Run `steps` on a sync cursor; return what they return, raise what they raise."""
+def run_steps(
+    cursor: psycopg.Cursor[Any], steps: Steps[T], prepared: set[bytes] | None = None
+) -> T:
+    """Run `steps` on a sync cursor; return what they return, raise what they raise.
+
+    With `prepared`, the names of the statements prepared on the cursor's connection, a
+    `Statement.prepared` statement goes by `execute_prepared`.
+    """
     try:
         statement = next(steps)
         while True:
             try:
+                if prepared is not None and statement.prepared is not None:
+                    answer = execute_prepared(cursor.connection, statement, prepared)
+                    if answer is not None:
+                        statement = steps.send(answer)
+                        continue
                 cursor.execute(statement.sql, statement.params)
                 fetch = statement.fetch
                 answer = (
@@ -136,42 +147,79 @@ _NOT_PREPARED = "26000"  # invalid_sql_statement_name: a DEALLOCATE dropped it
 _ALREADY_PREPARED = "42P05"  # duplicate_prepared_statement: a cancelled PREPARE went through
 
 
-async def aexecute_prepared(
-    conn: psycopg.AsyncConnection[Any], statement: Statement, prepared: set[bytes]
+def execute_prepared(
+    conn: psycopg.Connection[Any], statement: Statement, prepared: set[bytes]
 ) -> Answer | None:
     """Run `statement` as a prepared statement, text parameters, on `conn`'s libpq handle.
 
     The statement is prepared on the connection at its first use there; `prepared` holds
-    the names already prepared on it. The wait is psycopg's own (`AsyncConnection.wait`),
-    which cancels the statement in the server when the task is cancelled, as
-    `cursor.execute` does; an error is the `psycopg.Error` the cursor would raise.
+    the names already prepared on it. The wait is psycopg's own (`Connection.wait`), which
+    cancels the statement in the server when it is interrupted, as `cursor.execute` does;
+    an error is the `psycopg.Error` the cursor would raise.
 
     Returns None, having sent nothing, when a parameter is not a `str`, an `int` or None,
     or a string holds NUL (which a text parameter cannot carry, and psycopg refuses), or
     a transaction is open: the cursor then runs the statement.
     """
+    sending = _sending(conn.pgconn, statement, prepared)
+    try:
+        step = next(sending)
+        while True:
+            step = sending.send(conn.wait(step))
+    except StopIteration as stop:
+        answer: Answer | None = stop.value
+        return answer
+
+
+async def aexecute_prepared(
+    conn: psycopg.AsyncConnection[Any], statement: Statement, prepared: set[bytes]
+) -> Answer | None:
+    """`execute_prepared` on the event loop.
+
+    `AsyncConnection.wait` cancels the statement in the server when the task is cancelled.
+    """
+    sending = _sending(conn.pgconn, statement, prepared)
+    try:
+        step = next(sending)
+        while True:
+            step = sending.send(await conn.wait(step))
+    except StopIteration as stop:
+        answer: Answer | None = stop.value
+        return answer
+
+
+_Exchange = Generator[
+    Generator[Any, Any, list[pq.abc.PGresult]], list[pq.abc.PGresult], Answer | None
+]
+
+
+def _sending(pgconn: pq.abc.PGconn, statement: Statement, prepared: set[bytes]) -> _Exchange:
+    """What `execute_prepared` sends and makes of each answer, for a sync or async wait.
+
+    Yields each exchange with the server, for the caller to wait on, and receives its
+    results.
+    """
     assert statement.prepared is not None
     assert statement.fetch == NOTHING
     values = _text_values(statement.params)
-    pgconn = conn.pgconn
     if values is None or pgconn.transaction_status != _IDLE:
         return None
     name = statement.prepared.name
     for _ in range(2):
         if name not in prepared:
             pgconn.send_prepare(name, statement.prepared.numbered, None)
-            (done,) = await conn.wait(generators.execute(pgconn))
+            (done,) = yield generators.execute(pgconn)
             if done.status != _COMMAND_OK and _sqlstate(done) != _ALREADY_PREPARED:
-                raise errors.error_from_result(done, encoding=conn.info.encoding)
+                raise errors.error_from_result(done)
             prepared.add(name)
         pgconn.send_query_prepared(name, values, None, 0)
-        (result,) = await conn.wait(generators.execute(pgconn))
+        (result,) = yield generators.execute(pgconn)
         if result.status == _COMMAND_OK:
             return result.command_tuples or 0, None
         if _sqlstate(result) != _NOT_PREPARED:
             break
         prepared.discard(name)  # deallocated meanwhile: prepared again, and sent again
-    raise errors.error_from_result(result, encoding=conn.info.encoding)
+    raise errors.error_from_result(result)
 
 
 def _sqlstate(result: pq.abc.PGresult) -> str | None:
@@ -181,7 +229,7 @@ def _sqlstate(result: pq.abc.PGresult) -> str | None:
 
 def _text_values(params: Sequence[object] | Mapping[str, object]) -> list[bytes | None] | None:
     """`params` as text parameters, or None if one is not a str, an int or None, or has NUL."""
-    if not isinstance(params, Sequence):
+    if type(params) is not tuple:
         return None
     values: list[bytes | None] = []
     for value in params:
