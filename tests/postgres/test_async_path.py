@@ -27,7 +27,7 @@ from sagacity.journal import SagaLease
 from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal.postgres import PostgresJournal
 from sagacity.journal.postgres._leases import LeaseTake, Taken
-from sagacity.journal.postgres._steps import Steps, run_steps
+from sagacity.journal.postgres._steps import Steps, _text_values, run_steps
 from tests._postgres import admin_connection
 from tests.postgres.test_faults import Admin, blocked_backend, in_thread
 
@@ -239,7 +239,8 @@ class TestPreparedAppends:
     @staticmethod
     async def prepared_on(journal: PostgresJournal) -> list[str]:
         (lease,) = journal._async_idle._idle
-        rows = await (await lease.conn.execute("SELECT name FROM pg_prepared_statements")).fetchall()
+        cursor = await lease.conn.execute("SELECT name FROM pg_prepared_statements")
+        rows = await cursor.fetchall()
         return sorted(name for (name,) in rows if name.startswith("sagacity_"))
 
     async def test_appends_are_chained_and_their_insert_prepared_once(
@@ -282,6 +283,14 @@ class TestPreparedAppends:
         assert entry.seq == 3
         assert journal.entries("order-1")[-1] == entry
         assert lease.prepared != set()
+
+    def test_values_a_text_parameter_cannot_carry_are_left_to_psycopg(self) -> None:
+        """Only str, int and None go as text; a NUL, a lone surrogate, a bool or a float not."""
+        text = _text_values(("order-1", 7, None, "東京"))
+        assert text == [b"order-1", b"7", None, "東京".encode()]
+        for value in ("a\x00b", "\ud800", True, 1.5, b"raw"):
+            assert _text_values(("order-1", value)) is None
+        assert _text_values(["order-1"]) is None  # a statement's own parameters are a tuple
 
     async def test_a_value_a_text_parameter_cannot_carry_is_refused_as_before(
         self, journal: PostgresJournal

@@ -228,7 +228,10 @@ def _sqlstate(result: pq.abc.PGresult) -> str | None:
 
 
 def _text_values(params: Sequence[object] | Mapping[str, object]) -> list[bytes | None] | None:
-    """`params` as text parameters, or None if one is not a str, an int or None, or has NUL."""
+    """`params` as text parameters; None if one is not a str, an int or None, or can't be one.
+
+    A string with NUL or a lone surrogate can't: psycopg refuses it, as it always did.
+    """
     if type(params) is not tuple:
         return None
     values: list[bytes | None] = []
@@ -236,7 +239,10 @@ def _text_values(params: Sequence[object] | Mapping[str, object]) -> list[bytes 
         if type(value) is str:
             if "\x00" in value:
                 return None
-            values.append(value.encode())
+            try:
+                values.append(value.encode())
+            except UnicodeEncodeError:
+                return None
         elif type(value) is int:
             values.append(b"%d" % value)
         elif value is None:
