@@ -64,7 +64,7 @@ class Statement(NamedTuple):
     params: Sequence[object] | Mapping[str, object]
     fetch: int
     prepared: PreparedSql | None = None
-    """For a statement that fetches nothing: how to send it prepared (`aexecute_prepared`)."""
+    """For a statement that fetches nothing: how to send it prepared (`execute_prepared`)."""
 
 
 Answer = tuple[int, Any]
