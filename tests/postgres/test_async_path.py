@@ -26,6 +26,7 @@ from sagacity import (
 from sagacity.journal import SagaLease
 from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal.postgres import PostgresJournal
+from sagacity.journal.postgres._async import _AsyncLease
 from sagacity.journal.postgres._leases import LeaseTake, Taken
 from sagacity.journal.postgres._steps import Steps, _text_values, run_steps
 from tests._postgres import admin_connection
@@ -237,6 +238,14 @@ class TestPreparedAppends:
     """An async append's INSERT goes as a statement prepared on its connection."""
 
     @staticmethod
+    async def call_journaled(journal: PostgresJournal) -> _AsyncLease:
+        """Append a call's two entries; return the one connection they went on."""
+        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+        (lease,) = journal._async_idle._idle
+        return lease
+
+    @staticmethod
     async def prepared_on(journal: PostgresJournal) -> list[str]:
         (lease,) = journal._async_idle._idle
         cursor = await lease.conn.execute("SELECT name FROM pg_prepared_statements")
@@ -260,9 +269,7 @@ class TestPreparedAppends:
         self, journal: PostgresJournal
     ) -> None:
         """`DEALLOCATE ALL` on the connection: the next append is not lost, nor doubled."""
-        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
-        await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
-        (lease,) = journal._async_idle._idle
+        lease = await self.call_journaled(journal)
         await lease.conn.execute("DEALLOCATE ALL")
         assert await self.prepared_on(journal) == []
         entry = await journal.aappend("order-1", Phase.INTENT, tool_name="charge")
@@ -275,9 +282,7 @@ class TestPreparedAppends:
         self, journal: PostgresJournal
     ) -> None:
         """A PREPARE cancelled after the server ran it: the next append uses its statement."""
-        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
-        await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
-        (lease,) = journal._async_idle._idle
+        lease = await self.call_journaled(journal)
         lease.prepared.clear()  # the server has it; the connection's record does not
         entry = await journal.aappend("order-1", Phase.INTENT, tool_name="charge")
         assert entry.seq == 3
