@@ -59,6 +59,24 @@ def wait_gone(admin: Admin, pids: list[int]) -> None:
     raise AssertionError(f"backends {pids} still connected")
 
 
+def waiting_statement(
+    admin: Admin, after: datetime.datetime | None = None
+) -> tuple[int, datetime.datetime]:
+    """The backend waiting on `admin`'s lock with a statement begun after `after`, and when."""
+    for _ in range(500):
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = admin.execute(
+            "SELECT pid, query_start FROM pg_stat_activity "
+            "WHERE pg_backend_pid() = ANY(pg_blocking_pids(pid)) "
+            "AND (%s::timestamptz IS NULL OR query_start > %s::timestamptz)",
+            (after, after),
+        ).fetchone()
+        if row is not None:
+            return int(row[0]), row[1]
+        time.sleep(0.01)
+    raise AssertionError("no statement came to wait on the lock")
+
+
 @compensable(by="release")
 async def reserve(sku: str) -> str:
     return f"res-{sku}"
@@ -202,6 +220,32 @@ class TestCancelledWhileAppendingAlone:
         assert cut.value.entry.seq == 2
         assert (await journal.aappend("order-1", Phase.ENDED)).seq == 3  # the loop goes on
         assert verify(journal).ok
+
+    async def test_its_statement_is_cancelled_in_the_server_and_its_connection_kept(
+        self, journal: PostgresJournal, admin: Admin
+    ) -> None:
+        """Cancelled, the waiting INSERT is cancelled in the server, not left running.
+
+        The connection is then idle and healthy: the append's redo runs on the same
+        backend. A connection left with its statement running would be closed instead.
+        """
+        await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
+        admin.execute("BEGIN")
+        admin.execute(f"LOCK TABLE {journal.database.tables.journal} IN SHARE MODE")
+        try:
+            appending = asyncio.create_task(
+                journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)
+            )
+            pid, started = await asyncio.to_thread(waiting_statement, admin)
+            appending.cancel()
+            redo = await asyncio.to_thread(waiting_statement, admin, started)
+            assert redo[0] == pid
+        finally:
+            admin.execute("ROLLBACK")
+        with pytest.raises(CommittedThenCancelled) as cut:
+            await appending
+        assert cut.value.entry.seq == 2
+        assert [e.seq for e in journal.entries("order-1")] == [1, 2]
 
     async def test_a_refused_redo_ends_the_task_cancelled(
         self, journal: PostgresJournal, admin: Admin
