@@ -307,7 +307,24 @@ class TestPreparedAppends:
             assert entries[-1].seq == seq
         assert journal.entries("order-1") == entries
         assert verify(journal).ok
-        assert len(await self.prepared_on(journal)) == 1
+        (lease,) = journal._async_idle._idle
+        (name,) = await self.prepared_on(journal)
+        assert lease.prepared == {name.encode()}
+
+    async def test_a_payload_larger_than_the_socket_takes_is_written_whole(
+        self, journal: PostgresJournal
+    ) -> None:
+        """40 MB of result: the INSERT is sent over many waits for the socket to drain."""
+        await journal.aappend("order-1", Phase.INTENT, tool_name="export")
+        blob = "x" * 40_000_000
+        async with asyncio.timeout(60):
+            entry = await journal.aappend(
+                "order-1", Phase.EXECUTED, tool_name="export", ref_seq=1, payload={"blob": blob}
+            )
+        (_, read) = journal.entries("order-1")
+        assert read == entry
+        assert read.payload == {"blob": blob}
+        assert verify(journal).ok
 
     async def test_a_statement_the_server_forgot_is_prepared_again(
         self, journal: PostgresJournal
@@ -331,7 +348,8 @@ class TestPreparedAppends:
         entry = await journal.aappend("order-1", Phase.INTENT, tool_name="charge")
         assert entry.seq == 3
         assert journal.entries("order-1")[-1] == entry
-        assert lease.prepared != set()
+        (name,) = await self.prepared_on(journal)
+        assert lease.prepared == {name.encode()}
 
     def test_values_a_text_parameter_cannot_carry_are_left_to_psycopg(self) -> None:
         """Only str, int and None go as text; a NUL, a lone surrogate, a bool or a float not."""
