@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import types
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from sagacity.journal import Phase
-from sagacity.journal._group import AppendRequest, CommittedThenCancelled, GroupCommit, committed
+from sagacity.journal._group import AppendRequest, CommittedThenCancelled, GroupCommit
 
 
 class Recorder:
@@ -103,14 +104,12 @@ class TestGroupCommit:
         """From the loop, the append is committed on the writer thread, never the loop's."""
         recorder = Recorder()
         group = GroupCommit(recorder.one, recorder.many, name="test")
-        entry = await committed(group.submit(AppendRequest("a", Phase.INTENT)), phase=Phase.INTENT)
+        entry = await group.aappend(AppendRequest("a", Phase.INTENT))
         assert entry.saga_id == "a"
         ((saga, thread),) = recorder.alone
         assert (saga, thread) == ("a", "test-writer")
         with pytest.raises(ValueError, match="refused alone"):
-            await committed(
-                group.submit(AppendRequest("refused", Phase.INTENT)), phase=Phase.INTENT
-            )
+            await group.aappend(AppendRequest("refused", Phase.INTENT))
         group.close()
 
     async def test_a_cancelled_wait_for_a_queued_append_withdraws_it(self) -> None:
@@ -118,9 +117,7 @@ class TestGroupCommit:
         recorder = Recorder()
         group = GroupCommit(recorder.one, recorder.many, name="test")
         blocker = await commit_held(group, recorder)
-        waiting = asyncio.ensure_future(
-            committed(group.submit(AppendRequest("x", Phase.INTENT)), phase=Phase.INTENT)
-        )
+        waiting = asyncio.ensure_future(group.aappend(AppendRequest("x", Phase.INTENT)))
         await asyncio.sleep(0.05)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -147,9 +144,7 @@ class TestGroupCommit:
             name="test",
         )
         blocker = await commit_held(group, recorder)
-        waiting = asyncio.ensure_future(
-            committed(group.submit(AppendRequest("x", Phase.EXECUTED)), phase=Phase.EXECUTED)
-        )
+        waiting = asyncio.ensure_future(group.aappend(AppendRequest("x", Phase.EXECUTED)))
         await asyncio.sleep(0.05)
         waiting.cancel()
         await asyncio.sleep(0.05)
@@ -162,3 +157,36 @@ class TestGroupCommit:
         committed_sagas = [saga for saga, _ in recorder.alone]
         committed_sagas += [saga for batch in recorder.batches for saga in batch]
         assert committed_sagas == ["first", "x"]
+
+    def test_an_append_committed_after_its_loop_closed_wakes_no_one_and_the_writer_goes_on(
+        self, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A loop closed with its task's append queued: the commit does not fail on it.
+
+        The append is committed (it was asked for), the writer thread logs no error, and
+        it commits the next append from another loop.
+        """
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        blocker = threading.Thread(
+            target=group.append, args=(AppendRequest("first", Phase.INTENT),)
+        )
+        blocker.start()
+        assert recorder.first_started.wait(10)
+        loop = asyncio.new_event_loop()
+        task = loop.create_task(group.aappend(AppendRequest("x", Phase.INTENT)))
+        loop.run_until_complete(_turns(5))
+        wait_until(lambda: len(group._queue) == 1)
+        loop.close()  # the task never finishes: its loop is gone
+        recorder.release.set()
+        blocker.join(10)
+        wait_until(lambda: [saga for saga, _ in recorder.alone] == ["first", "x"])
+        assert not task.done()
+        assert asyncio.run(group.aappend(AppendRequest("next", Phase.INTENT))).saga_id == "next"
+        group.close()
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+async def _turns(count: int) -> None:
+    for _ in range(count):
+        await asyncio.sleep(0)

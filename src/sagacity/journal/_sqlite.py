@@ -13,7 +13,7 @@ from sagacity._sqlite import TRIGGERS, connect
 from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
-from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats, committed
+from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lease_time, lost
 from sagacity.journal._rows import entries_from_rows, row_of
 
@@ -134,15 +134,10 @@ class SqliteJournal:
     ) -> JournalEntry:
         """`append` for async code: the loop awaits the journal's writer thread.
 
-        Same guarantees and errors as `append`; see `committed` for cancellation.
+        Same guarantees and errors as `append`; see `GroupCommit.aappend` for cancellation.
         """
-        return await committed(
-            self._group.submit(
-                AppendRequest(
-                    saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
-                )
-            ),
-            phase=phase,
+        return await self._group.aappend(
+            AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
 
     def _append_one(self, request: AppendRequest) -> JournalEntry:
