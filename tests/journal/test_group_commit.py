@@ -47,6 +47,19 @@ async def commit_held(group: GroupCommit, recorder: Recorder) -> threading.Threa
     return blocker
 
 
+def entries_group(recorder: Recorder) -> GroupCommit:
+    """A group over `recorder` whose commits return entries, as far as a cancel needs one."""
+
+    def entry(request: AppendRequest) -> Any:
+        return types.SimpleNamespace(saga_id=request.saga_id, seq=1)
+
+    return GroupCommit(
+        lambda r: entry(recorder.one(r)),
+        lambda rs: [entry(r) for r in recorder.many(rs)],
+        name="test",
+    )
+
+
 def wait_until(condition: Any) -> None:
     for _ in range(1000):
         if condition():
@@ -112,6 +125,46 @@ class TestGroupCommit:
             await group.aappend(AppendRequest("refused", Phase.INTENT))
         group.close()
 
+    async def test_an_append_committed_before_its_caller_waits_is_returned(self) -> None:
+        """The writer may commit before the loop's task starts waiting: it is not lost."""
+        recorder = Recorder()
+        group = GroupCommit(recorder.one, recorder.many, name="test")
+        submit = group.submit
+
+        def committed_at_once(request: AppendRequest) -> Any:
+            future = submit(request)
+            future.result(10)  # the loop waits here: the writer is done before it returns
+            return future
+
+        group.submit = committed_at_once  # type: ignore[method-assign]
+        entry = await asyncio.wait_for(group.aappend(AppendRequest("a", Phase.INTENT)), 10)
+        assert entry.saga_id == "a"
+        group.close()
+
+    async def test_cancelled_once_committed_but_not_yet_woken_it_gets_its_entry(self) -> None:
+        """A cancel between the commit and the task's turn: `CommittedThenCancelled`.
+
+        The wake-up that arrives for the cancelled wait is dropped without an error.
+        """
+        recorder = Recorder()
+        group = entries_group(recorder)
+        errors: list[dict[str, Any]] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        blocker = await commit_held(group, recorder)
+        waiting = asyncio.ensure_future(group.aappend(AppendRequest("x", Phase.INTENT)))
+        await asyncio.sleep(0.05)  # queued behind "first"
+        recorder.release.set()
+        wait_until(lambda: len(recorder.alone) == 2 and not group._in_flight)  # blocks the loop
+        waiting.cancel()  # its wake-up is queued on the loop, not yet run
+        with pytest.raises(CommittedThenCancelled) as kept:
+            await waiting
+        await asyncio.to_thread(blocker.join, 10)
+        group.close()
+        await asyncio.sleep(0.01)
+        assert kept.value.entry.saga_id == "x"
+        assert errors == []
+
     async def test_a_cancelled_wait_for_a_queued_append_withdraws_it(self) -> None:
         """Cancelled before its batch starts, an append is never committed."""
         recorder = Recorder()
@@ -134,15 +187,7 @@ class TestGroupCommit:
         The caller gets `CommittedThenCancelled` with the entry once it is durable.
         """
         recorder = Recorder()
-
-        def entry(request: AppendRequest) -> Any:  # an entry as far as the cancel needs one
-            return types.SimpleNamespace(saga_id=request.saga_id, seq=1)
-
-        group = GroupCommit(
-            lambda r: entry(recorder.one(r)),
-            lambda rs: [entry(r) for r in recorder.many(rs)],
-            name="test",
-        )
+        group = entries_group(recorder)
         blocker = await commit_held(group, recorder)
         waiting = asyncio.ensure_future(group.aappend(AppendRequest("x", Phase.EXECUTED)))
         await asyncio.sleep(0.05)
