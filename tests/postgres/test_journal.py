@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import threading
 import time
+import uuid
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -22,8 +23,8 @@ from sagacity.journal.postgres import (
     PostgresJournal,
     open_postgres_stores,
 )
-from sagacity.journal.postgres._database import parse_url
-from tests._postgres import with_query
+from sagacity.journal.postgres._database import parse_url, quote_identifier
+from tests._postgres import server_url, with_query
 
 pytestmark = pytest.mark.postgres
 
@@ -140,6 +141,33 @@ class TestSchema:
             assert second.append("order-1", Phase.EXECUTED, ref_seq=1).seq == 2
         finally:
             second.close()
+
+    @pytest.mark.parametrize("name", ["Tenant", "with space", "dot.ted", 'quo"te', "naïve;--"])
+    def test_a_schema_named_as_sql_would_not_fold_opens_again_and_read_only(
+        self, name: str, admin: Admin
+    ) -> None:
+        """Capitals, spaces, dots, quotes: the schema is found again on every open.
+
+        Looked up unquoted, such a name was folded to lower case or refused, and a schema
+        with a capital letter opened once, then never again ("already exists").
+        """
+        schema = f"{name} {uuid.uuid4().hex[:8]}"
+        url = with_query(server_url(), schema=schema)
+        try:
+            for seq in (1, 2):
+                journal, approvals = open_postgres_stores(url)
+                assert journal.append("order-1", Phase.INTENT).seq == seq
+                journal.close()
+                approvals.close()
+            journal, approvals = open_postgres_stores(url, create=False)
+            assert verify(journal).ok
+            assert [entry.seq for entry in journal.entries("order-1")] == [1, 2]
+            journal.close()
+            approvals.close()
+            found = admin.execute("SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,))
+            assert found.fetchone() == (1,)
+        finally:
+            admin.execute(f"DROP SCHEMA IF EXISTS {quote_identifier(schema)} CASCADE")
 
     def test_workers_starting_together_create_it_once(self, pg_url: str) -> None:
         """Eight journals opened at once on a new schema all open; one schema is made."""
@@ -357,6 +385,8 @@ class TestUrl:
             "pool_min_size=5&pool_max_size=2",
             "pool_timeout=0",
             "schema=" + "s" * 64,
+            "schema=100%25",
+            "schema=a%00b",
         ],
     )
     def test_malformed_options_are_refused(self, query: str) -> None:

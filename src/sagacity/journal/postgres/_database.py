@@ -68,6 +68,12 @@ def parse_url(url: str) -> Settings:
         raise ConfigurationError(
             f"database URL schema {schema!r} is longer than PostgreSQL's 63-byte identifiers"
         )
+    if schema is not None and ("%" in schema or "\x00" in schema):
+        # The tables' names go into statements with placeholders, where % starts one.
+        raise ConfigurationError(
+            f"database URL schema {schema!r} holds a '%' or a NUL character: name a schema "
+            "without them"
+        )
     min_size = _number(ours, "pool_min_size", _DEFAULT_POOL_MIN_SIZE, int)
     max_size = _number(ours, "pool_max_size", max(_DEFAULT_POOL_MAX_SIZE, min_size), int)
     timeout = _number(ours, "pool_timeout", _DEFAULT_POOL_TIMEOUT, float)

@@ -293,7 +293,11 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
                 f"{where} stores text as {encoding}, not UTF8: journal payloads could not be "
                 "stored exactly as hashed; create the database with ENCODING 'UTF8'"
             )
-        if schema is not None and _scalar(conn, "SELECT to_regnamespace(%s)", (schema,)) is None:
+        # to_regnamespace reads an identifier as SQL does: quoted, or it folds case.
+        if (
+            schema is not None
+            and _scalar(conn, "SELECT to_regnamespace(%s)", (prefix[:-1],)) is None
+        ):
             conn.execute(f"CREATE SCHEMA {prefix[:-1]}", prepare=False)
         meta = prefix + "sagacity_meta"
         if _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None:
@@ -332,7 +336,7 @@ def check_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) 
     prefix = "" if schema is None else '"' + schema.replace('"', '""') + '".'
     meta = prefix + "sagacity_meta"
     journal = prefix + "sagacity_journal"
-    if schema is not None and _scalar(conn, "SELECT to_regnamespace(%s)", (schema,)) is None:
+    if schema is not None and _scalar(conn, "SELECT to_regnamespace(%s)", (prefix[:-1],)) is None:
         raise DatabaseNotFoundError(f"{where}: no schema {schema!r} (nothing was created)")
     if (
         _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None
