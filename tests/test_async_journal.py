@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from sagacity import (
+    JournalError,
     Phase,
     Reversibility,
     Sagacity,
@@ -980,12 +981,14 @@ class TestCancelScopes:
 
 
 class TestCancellation:
-    async def test_cancelled_while_its_intent_commits_leaves_an_intent_in_doubt(
-        self, shared_store_url: str
+    @pytest.mark.parametrize("then", ["compensate", "run again"])
+    async def test_cancelled_while_its_intent_commits_it_is_not_started(
+        self, shared_store_url: str, then: str
     ) -> None:
-        """Cancelled mid-commit: the INTENT lands, the tool never runs, the call is in doubt.
+        """Cancelled mid-commit: the INTENT lands, the tool never runs, FAILED says so.
 
-        A later compensation walk lists it in doubt and acts on nothing.
+        FAILED `not_started` leaves the call out of doubt: a compensation walk has
+        nothing in doubt and nothing to undo, and the saga run again runs it, once.
         """
         sagacity = Sagacity.from_url(shared_store_url)
         ledger = Ledger()
@@ -1012,11 +1015,72 @@ class TestCancellation:
                     await running
             assert ledger.ran == []
             entries = sagacity.journal.entries("cut")
-            assert [(e.phase, e.call_id) for e in entries] == [(Phase.INTENT, "reserve#1")]
-            report = (await sagacity.acompensate("cut")).compensation
-            assert report is not None
-            assert [ref.call_id for ref in report.in_doubt] == ["reserve#1"]
+            assert [(e.phase, e.call_id) for e in entries] == [
+                (Phase.INTENT, "reserve#1"),
+                (Phase.FAILED, "reserve#1"),
+            ]
+            assert entries[-1].payload["kind"] == "not_started"
+            if then == "compensate":
+                compensated = await sagacity.acompensate("cut")
+                assert compensated.outcome is SagaOutcome.COMPENSATED
+                assert compensated.compensation is not None
+                assert compensated.compensation.in_doubt == []
+            else:
+                again = await sagacity.asaga("cut", lambda: tools["reserve"]("x"))
+                assert (again.outcome, again.value) == (SagaOutcome.COMPLETED, "res-x")
+                assert ledger.ran == ["x"]
             assert ledger.undone == []
+        finally:
+            sagacity.close()
+
+    async def test_a_not_started_call_whose_failed_is_refused_stays_in_doubt(
+        self, shared_store_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """FAILED `not_started` refused by the journal: the INTENT is in doubt, the saga failed.
+
+        Work that swallows the error cannot end the saga COMPLETED: it needs attention.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        appends = AsyncAppends(sagacity)
+        journal: Any = sagacity.journal
+        aappend = journal.aappend
+
+        async def no_failed(saga_id: str, phase: Phase, **options: Any) -> JournalEntry:
+            if phase is Phase.FAILED:
+                raise JournalError("the database went away")
+            entry: JournalEntry = await aappend(saga_id, phase, **options)
+            return entry
+
+        monkeypatch.setattr(journal, "aappend", no_failed)
+        try:
+            entered = asyncio.Event()
+            go = asyncio.Event()
+            refused: list[BaseException] = []
+
+            async def work() -> None:
+                entered.set()
+                await go.wait()
+                try:
+                    await tools["reserve"]("x")
+                except BaseException as error:
+                    refused.append(error)
+
+            running = asyncio.create_task(sagacity.asaga("cut", work))
+            await entered.wait()
+            with writes_held(shared_store_url, sagacity, "cut") as let_go:
+                go.set()
+                await until(lambda: appends.in_flight > 0, "the INTENT is in flight")
+                running.cancel()
+                await asyncio.sleep(0.05)
+                let_go()
+                result = await running
+            assert [type(error) for error in refused] == [JournalError]
+            assert ledger.ran == []
+            assert result.outcome is SagaOutcome.NEEDS_ATTENTION
+            assert result.compensation is not None
+            assert [ref.call_id for ref in result.compensation.in_doubt] == ["reserve#1"]
         finally:
             sagacity.close()
 

@@ -143,9 +143,11 @@ class Call:
         """`begin` from async code: the loop awaits the INTENT's commit, never waits on it.
 
         The tool runs only once its INTENT is committed. A task cancelled meanwhile
-        leaves no INTENT (withdrawn before its commit began) or an INTENT in doubt, and
-        the call is not started; the saga is marked failed when the INTENT may exist, so
-        that it does not end COMPLETED with a call in doubt.
+        does not start the call. Its INTENT was withdrawn (nothing written), or was
+        committed (`CommittedThenCancelled`): FAILED `not_started` then says the call
+        did not run, journaled through any further cancel, as a gated call's is. Else
+        (the commit failed, or said nothing) the INTENT may exist, in doubt, and the
+        saga is marked failed, so that it does not end COMPLETED with a call in doubt.
         """
         scope, tool = self.scope, self.tool
         if scope.gating:
@@ -164,11 +166,31 @@ class Call:
             self.intent = await scope.aappend(
                 _INTENT, tool_name=tool.name, call_id=self.call_id, payload=decided
             )
+        except CommittedThenCancelled as cancelled:
+            self.intent = cancelled.entry
+            await self._anot_started(cancelled)
+            raise
         except asyncio.CancelledError as cancelled:
             if not isinstance(cancelled, AppendWithdrawn):
-                scope.fail(cancelled)  # its INTENT is (or may be) in the journal, in doubt
+                scope.fail(cancelled)  # its INTENT may be in the journal, in doubt
             raise
         return RUN, None
+
+    async def _anot_started(self, cancelled: asyncio.CancelledError) -> None:
+        """Journal FAILED `not_started` for a call whose INTENT is committed, and no more.
+
+        If that FAILED cannot be journaled, the INTENT stays in doubt: the saga is
+        marked failed.
+        """
+        try:
+            await self._aappend_outcome(
+                Phase.FAILED, {"kind": NOT_STARTED, "error": error_json(cancelled)}
+            )
+        except CommittedThenCancelled:
+            raise  # cancelled again: the FAILED is durable all the same
+        except BaseException:
+            self.scope.fail(cancelled)
+            raise
 
     async def _agated(self) -> tuple[object, Any]:
         """`begin` through the approval gate, on a worker thread (see `SagaScope.gate`).
@@ -184,9 +206,7 @@ class Call:
         except FinishedThenCancelled as cancelled:
             decision, _ = cancelled.result
             if decision is RUN:
-                await self._aappend_outcome(
-                    Phase.FAILED, {"kind": NOT_STARTED, "error": error_json(cancelled)}
-                )
+                await self._anot_started(cancelled)
             raise
 
     def _decide(self) -> tuple[object, Any] | dict[str, JsonValue]:
