@@ -28,6 +28,7 @@ from sagacity import (
     Reversibility,
     Sagacity,
     SagaOutcome,
+    SagaResult,
     compensable,
     compensation,
     verify,
@@ -980,6 +981,33 @@ class TestCancelScopes:
         assert repr(chained.__context__) == "KeyError('b')"
 
 
+async def cut_while_the_intent_commits(
+    url: str, sagacity: Sagacity, call: Callable[[], Awaitable[Any]]
+) -> asyncio.Task[SagaResult]:
+    """Run saga "cut", whose work awaits `call`; cancel it while the call's INTENT commits.
+
+    Returns the saga's task, done.
+    """
+    appends = AsyncAppends(sagacity)
+    entered, go = asyncio.Event(), asyncio.Event()
+
+    async def work() -> None:
+        entered.set()
+        await go.wait()
+        await call()
+
+    running = asyncio.create_task(sagacity.asaga("cut", work))
+    await entered.wait()
+    with writes_held(url, sagacity, "cut") as let_go:
+        go.set()
+        await until(lambda: appends.in_flight > 0, "the INTENT is in flight")
+        running.cancel()
+        await asyncio.sleep(0.05)
+        let_go()
+        await asyncio.wait([running])
+    return running
+
+
 class TestCancellation:
     @pytest.mark.parametrize("then", ["compensate", "run again"])
     async def test_cancelled_while_its_intent_commits_it_is_not_started(
@@ -993,26 +1021,12 @@ class TestCancellation:
         sagacity = Sagacity.from_url(shared_store_url)
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
-        appends = AsyncAppends(sagacity)
         try:
-            entered = asyncio.Event()
-            go = asyncio.Event()
-
-            async def work() -> None:
-                entered.set()
-                await go.wait()
-                await tools["reserve"]("x")
-
-            running = asyncio.create_task(sagacity.asaga("cut", work))
-            await entered.wait()
-            with writes_held(shared_store_url, sagacity, "cut") as let_go:
-                go.set()
-                await until(lambda: appends.in_flight > 0, "the INTENT is in flight")
-                running.cancel()
-                await asyncio.sleep(0.05)
-                let_go()
-                with pytest.raises(asyncio.CancelledError):
-                    await running
+            running = await cut_while_the_intent_commits(
+                shared_store_url, sagacity, lambda: tools["reserve"]("x")
+            )
+            with pytest.raises(asyncio.CancelledError):
+                running.result()
             assert ledger.ran == []
             entries = sagacity.journal.entries("cut")
             assert [(e.phase, e.call_id) for e in entries] == [
@@ -1043,7 +1057,6 @@ class TestCancellation:
         sagacity = Sagacity.from_url(shared_store_url)
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
-        appends = AsyncAppends(sagacity)
         journal: Any = sagacity.journal
         aappend = journal.aappend
 
@@ -1055,27 +1068,17 @@ class TestCancellation:
 
         monkeypatch.setattr(journal, "aappend", no_failed)
         try:
-            entered = asyncio.Event()
-            go = asyncio.Event()
             refused: list[BaseException] = []
 
-            async def work() -> None:
-                entered.set()
-                await go.wait()
+            async def swallowing() -> None:
                 try:
                     await tools["reserve"]("x")
                 except BaseException as error:
                     refused.append(error)
 
-            running = asyncio.create_task(sagacity.asaga("cut", work))
-            await entered.wait()
-            with writes_held(shared_store_url, sagacity, "cut") as let_go:
-                go.set()
-                await until(lambda: appends.in_flight > 0, "the INTENT is in flight")
-                running.cancel()
-                await asyncio.sleep(0.05)
-                let_go()
-                result = await running
+            result = (
+                await cut_while_the_intent_commits(shared_store_url, sagacity, swallowing)
+            ).result()
             assert [type(error) for error in refused] == [JournalError]
             assert ledger.ran == []
             assert result.outcome is SagaOutcome.NEEDS_ATTENTION

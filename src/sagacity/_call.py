@@ -177,7 +177,7 @@ class Call:
         return RUN, None
 
     async def _anot_started(self, cancelled: asyncio.CancelledError) -> None:
-        """Journal FAILED `not_started` for a call whose INTENT is committed, and no more.
+        """Journal FAILED `not_started` after a committed INTENT whose tool was not started.
 
         If that FAILED cannot be journaled, the INTENT stays in doubt: the saga is
         marked failed.
