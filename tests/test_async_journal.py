@@ -982,26 +982,23 @@ class TestCancelScopes:
 
 
 async def cut_while_the_intent_commits(
-    url: str, sagacity: Sagacity, call: Callable[[], Awaitable[Any]]
+    url: str,
+    sagacity: Sagacity,
+    call: Callable[[], Awaitable[Any]],
+    cancel: Callable[[], object] | None = None,
 ) -> asyncio.Task[SagaResult]:
     """Run saga "cut", whose work awaits `call`; cancel it while the call's INTENT commits.
 
-    Returns the saga's task, done.
+    `cancel` cancels; by default the saga's task is cancelled. Returns the task, done.
     """
     appends = AsyncAppends(sagacity)
-    entered, go = asyncio.Event(), asyncio.Event()
-
-    async def work() -> None:
-        entered.set()
-        await go.wait()
-        await call()
-
+    work = LetIn(call)
     running = asyncio.create_task(sagacity.asaga("cut", work))
-    await entered.wait()
+    await work.entered.wait()
     with writes_held(url, sagacity, "cut") as let_go:
-        go.set()
+        work.go.set()
         await until(lambda: appends.in_flight > 0, "the INTENT is in flight")
-        running.cancel()
+        (cancel or running.cancel)()
         await asyncio.sleep(0.05)
         let_go()
         await asyncio.wait([running])
@@ -1044,6 +1041,38 @@ class TestCancellation:
                 assert (again.outcome, again.value) == (SagaOutcome.COMPLETED, "res-x")
                 assert ledger.ran == ["x"]
             assert ledger.undone == []
+        finally:
+            sagacity.close()
+
+    async def test_under_a_scope_that_cancels_again_it_is_not_started_and_the_work_goes_on(
+        self, shared_store_url: str
+    ) -> None:
+        """A scope that cancels at every await (anyio's): FAILED `not_started` is journaled.
+
+        The work, its scope exited, returns; the saga ends COMPLETED: nothing ran, nothing
+        is in doubt.
+        """
+        sagacity = Sagacity.from_url(shared_store_url)
+        ledger = Ledger()
+        tools = tools_by_name(sagacity, ledger)
+        scope = anyio.CancelScope()
+
+        async def scoped() -> str:
+            with scope:
+                return str(await tools["reserve"]("x"))
+            return "cancelled"
+
+        try:
+            running = await cut_while_the_intent_commits(
+                shared_store_url, sagacity, scoped, scope.cancel
+            )
+            result = running.result()
+            assert (result.outcome, result.value) == (SagaOutcome.COMPLETED, "cancelled")
+            assert ledger.ran == []
+            entries = sagacity.journal.entries("cut")
+            assert [e.phase for e in entries] == [Phase.INTENT, Phase.FAILED, Phase.ENDED]
+            assert entries[1].payload["kind"] == "not_started"
+            assert verify(sagacity.journal).ok
         finally:
             sagacity.close()
 
