@@ -466,6 +466,19 @@ class TestTheLoopIsNotBlocked:
             sagacity.close()
 
 
+def in_scope(
+    scope: anyio.CancelScope, call: Callable[[], Awaitable[Any]]
+) -> Callable[[], Awaitable[str]]:
+    """`call` inside `scope`: its result as text, or "cancelled" once the scope cancels it."""
+
+    async def scoped() -> str:
+        with scope:
+            return str(await call())
+        return "cancelled"
+
+    return scoped
+
+
 class LetIn:
     """A saga's work that waits to be let in, then makes `call`: its lease is taken by then."""
 
@@ -567,12 +580,7 @@ class TestTheApprovalGateOffTheLoop:
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
         scope = anyio.CancelScope()
-
-        async def scoped() -> str:
-            with scope:
-                return str(await tools["wire"]("250.00"))
-            return "cancelled"
-
+        scoped = in_scope(scope, lambda: tools["wire"]("250.00"))
         try:
             asked = await sagacity.asaga("cut", lambda: tools["wire"]("250.00"))
             assert asked.outcome is SagaOutcome.AWAITING_APPROVAL
@@ -1056,12 +1064,7 @@ class TestCancellation:
         ledger = Ledger()
         tools = tools_by_name(sagacity, ledger)
         scope = anyio.CancelScope()
-
-        async def scoped() -> str:
-            with scope:
-                return str(await tools["reserve"]("x"))
-            return "cancelled"
-
+        scoped = in_scope(scope, lambda: tools["reserve"]("x"))
         try:
             running = await cut_while_the_intent_commits(
                 shared_store_url, sagacity, scoped, scope.cancel
