@@ -267,8 +267,8 @@ class GroupCommit:
         an outcome; one being committed is waited for, and `CommittedThenCancelled`
         carries its entry (see `committed`).
         """
-        future = self.submit(request)
         woken = asyncio.get_running_loop().create_future()
+        future = self.submit(request)
         future.add_done_callback(functools.partial(_wake, woken))
         try:
             await woken
