@@ -49,11 +49,10 @@ class PreparedSql(NamedTuple):
     numbered: bytes
 
     @classmethod
-    def of(cls, sql: bytes) -> PreparedSql | None:
-        """`sql`, whose only placeholders are `%s`, prepared; None if it holds another `%`."""
+    def of(cls, sql: bytes) -> PreparedSql:
+        """`sql` prepared; its only `%` are `%s` placeholders (`parse_url` refuses `%` in names)."""
         pieces = sql.split(b"%s")
-        if any(b"%" in piece for piece in pieces):
-            return None  # an escaped %% (a quoted name holding one): psycopg's to parse
+        assert not any(b"%" in piece for piece in pieces), sql
         numbered = b"".join(
             piece if index == 0 else b"$%d%s" % (index, piece) for index, piece in enumerate(pieces)
         )
