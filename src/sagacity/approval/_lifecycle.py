@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from sagacity import _telemetry
 from sagacity._history import SagaHistory, payload_of
+from sagacity._unicode import principal_key
 from sagacity.annotations import declaration_of
 from sagacity.approval._check import (
     check_approved,
@@ -315,7 +316,8 @@ class ApprovalLifecycle:
             check_current(request, history)
             refuse_self_approval(request, approver)
             counted = request.approvals
-            mine = next((a for a in counted if a.approver == approver), None)
+            me = principal_key(approver)
+            mine = next((a for a in counted if principal_key(a.approver) == me), None)
             if mine is not None:
                 raise ApprovalAlreadyGivenError(
                     f"saga {saga_id!r}: request {request.request_id} for tool "

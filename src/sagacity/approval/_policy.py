@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sagacity._history import SagaHistory, payload_of
 from sagacity._ids import require_name
+from sagacity._unicode import principal_key
 from sagacity.annotations import MAX_APPROVERS
 from sagacity.approval._request import Approval, ApprovalRequest
 from sagacity.errors import ConfigurationError, SagaStateError, SelfApprovalError
@@ -255,7 +256,7 @@ def count_approvals(
     the input's editor, carries a signature that verifies where signatures are required,
     and is the first counting one of its approver.
     """
-    barred_by = {request.started_by, request.edited_by} - {None}
+    barred_by = {principal_key(n) for n in (request.started_by, request.edited_by) if n}
     valid: list[Approval] = []
     seen: set[str] = set()
     last_valid: JournalEntry | None = None
@@ -273,16 +274,16 @@ def count_approvals(
         if sha != request.input_sha256:
             other_hash.append(entry)
             continue
-        if not isinstance(approver, str) or approver in barred_by:
+        if not isinstance(approver, str) or principal_key(approver) in barred_by:
             barred.append(entry)
             continue
         problem = policy.signature_problem(request.saga_id, entry)
         if problem is not None:
             unsigned.append((entry, problem))
             continue
-        if approver in seen:
+        if principal_key(approver) in seen:
             continue  # the same principal twice counts once
-        seen.add(approver)
+        seen.add(principal_key(approver))
         key_id = payload.get("key_id")
         valid.append(
             Approval(
@@ -346,13 +347,14 @@ def starter_for(history: SagaHistory, started_by: str | None) -> str | None:
 
 def refuse_self_approval(request: ApprovalRequest, approver: str) -> None:
     """Four eyes: the saga's starter and the input's editor do not approve it."""
-    if approver == request.started_by:
+    # Compared as principal_key does: a lookalike spelling is the same principal.
+    if request.started_by and principal_key(approver) == principal_key(request.started_by):
         raise SelfApprovalError(
             f"saga {request.saga_id!r}: {approver!r} started the saga, so they cannot approve "
             f"its request {request.request_id} for tool {request.tool_name!r}; another "
             "principal must approve it"
         )
-    if approver == request.edited_by:
+    if request.edited_by and principal_key(approver) == principal_key(request.edited_by):
         raise SelfApprovalError(
             f"saga {request.saga_id!r}: {approver!r} edited the input of request "
             f"{request.request_id} for tool {request.tool_name!r}, so they cannot approve "

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException, Request
 
+from sagacity._unicode import principal_key, principal_name_problem
 from sagacity.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class Principal:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigurationError("a principal needs a non-empty name")
+        problem = principal_name_problem(self.name)
+        if problem is not None:
+            raise ConfigurationError(f"principal name {self.name!r} is refused: {problem}")
         unknown = set(self.roles) - ROLES
         if unknown:
             raise ConfigurationError(
@@ -163,6 +167,16 @@ class TokenAuth:
         raw = bytes.fromhex(text)
         if any(hmac.compare_digest(raw, entry.sha256) for entry in self._entries):
             raise ConfigurationError(f"{where}: the same token hash appears twice")
+        key = principal_key(principal.name)
+        for entry in self._entries:
+            # Names are compared normalised (four eyes, distinct approvers): two spellings
+            # of one name would be one approver under two names.
+            other = entry.principal.name
+            if principal_key(other) == key and other != principal.name:
+                raise ConfigurationError(
+                    f"{where}: principal {principal.name!r} is the same name as "
+                    f"{other!r} once compared (NFKC, case-folded); spell it the same"
+                )
         self._entries.append(_TokenEntry(raw, principal))
 
     @classmethod
