@@ -9,6 +9,11 @@ units inside the Basic Multilingual Plane), and with `OPT_STRICT_INTEGER` refuse
 integers JCS cannot represent. Floats, whose shortest form orjson writes differently
 (`1.0`, `1e+16`), and objects with keys outside the Basic Multilingual Plane take the
 reference path. Tests compare both paths on the RFC's vectors and on random values.
+
+A value nested more than `MAX_DEPTH` arrays and objects deep is refused, on both paths:
+orjson writes no deeper, and a fixed bound keeps the reference path's recursion (and the
+reading back) from depending on how deep the caller's own stack is. Whatever the value,
+encoding it either returns its bytes or raises `SerializationError`.
 """
 
 from __future__ import annotations
@@ -21,9 +26,19 @@ import rfc8785
 
 from sagacity.errors import SerializationError
 
-__all__ = ["JsonValue", "canonical_bytes", "canonical_string", "decode_canonical", "sha256_hex"]
+__all__ = [
+    "MAX_DEPTH",
+    "JsonValue",
+    "canonical_bytes",
+    "canonical_string",
+    "decode_canonical",
+    "sha256_hex",
+]
 
 JsonValue: TypeAlias = "dict[str, JsonValue] | list[JsonValue] | str | int | float | bool | None"
+
+MAX_DEPTH = 254
+"""The most arrays and objects a journaled JSON value may nest: orjson's own bound."""
 
 _LAST_BMP = "\uffff"
 _MAX_SAFE_INT = 2**53 - 1
@@ -32,6 +47,7 @@ _MAX_SAFE_INT = 2**53 - 1
 _DIGITS_TO_ZERO = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _SIXTEEN_DIGITS = b"0" * 16
 _SCALARS = frozenset((str, int, bool, type(None)))
+_CONTAINERS = (dict, list, tuple)
 _FAST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _dumps = orjson.dumps
 
@@ -63,17 +79,58 @@ def canonical_bytes(value: Any) -> bytes:
 
     Raises:
         SerializationError: `value` is not a JSON value JCS can encode (a NaN, an
-            integer outside ±(2**53 - 1), a lone surrogate, a non-string key).
+            integer outside ±(2**53 - 1), a lone surrogate, a non-string key, a value
+            nested more than `MAX_DEPTH` deep or holding itself), whatever its shape.
     """
-    if _fast_path_is_exact(value):
+    try:
+        exact = _fast_path_is_exact(value)
+    except RecursionError:
+        exact = False  # nested too deeply, or holding itself: the reference path says so
+    if exact:
         try:
             return _dumps(value, option=_FAST_OPTIONS)
         except orjson.JSONEncodeError:
-            pass  # a lone surrogate or a huge integer: let the reference say what is wrong
+            pass  # a lone surrogate, a huge integer, too deep: let the reference say what
+    return _reference_bytes(value)
+
+
+def _reference_bytes(value: Any) -> bytes:
+    """Encode with `rfc8785`, turning every failure into a `SerializationError`."""
     try:
+        if _nested_deeper_than(value, MAX_DEPTH):
+            raise SerializationError(
+                f"not canonical JSON: nested more than {MAX_DEPTH} arrays and objects deep, "
+                "or holds itself; pass a shallower tree of JSON values"
+            )
         return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError, ValueError) as error:
+    except SerializationError:
+        raise
+    except RecursionError:
+        raise SerializationError(
+            "not canonical JSON: nested too deeply for this thread's stack"
+        ) from None
+    except Exception as error:  # a value's own methods may raise anything: refuse it
         raise SerializationError(f"not canonical JSON: {error}") from error
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` arrays and objects (without recursing).
+
+    A value that holds itself nests without end, so it is found too.
+    """
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
+    return False
 
 
 def canonical_string(value: str | None) -> bytes:

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from sagacity.errors import SerializationError
 from sagacity.journal._canonical import JsonValue, canonical_bytes, canonical_string
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "entry_hash",
     "hashed_bytes",
     "new_entry",
+    "refused_entry",
     "seal",
     "utc_timestamp",
 ]
@@ -254,16 +256,45 @@ def seal(
         SerializationError: The payload or a field has no canonical JSON form.
     """
     recorded_at = recorded_at or utc_timestamp()
-    payload_bytes = canonical_bytes(payload)
-    digest = _sha256(
-        hashed_bytes(
-            saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
-        )
-    ).hexdigest()
+    try:
+        payload_bytes = canonical_bytes(payload)
+        digest = _sha256(
+            hashed_bytes(
+                saga_id,
+                seq,
+                phase,
+                tool_name,
+                call_id,
+                ref_seq,
+                payload_bytes,
+                recorded_at,
+                prev_hash,
+            )
+        ).hexdigest()
+    except SerializationError as error:
+        raise refused_entry(error, saga_id, phase, tool_name, call_id) from error
     entry = new_entry(
         saga_id, seq, phase, tool_name, call_id, ref_seq, payload, recorded_at, prev_hash, digest
     )
     return entry, payload_bytes
+
+
+def refused_entry(
+    error: SerializationError,
+    saga_id: str,
+    phase: Phase,
+    tool_name: str | None,
+    call_id: str | None,
+) -> SerializationError:
+    """The error for an entry that has no canonical JSON: it names the saga and the call."""
+    what = phase.value
+    if tool_name is not None:
+        what += f" of tool {tool_name!r}"
+    if call_id is not None:
+        what += f" (call {call_id!r})"
+    return SerializationError(
+        f"saga {saga_id!r}: cannot append {what}: {error}; the entry was not written"
+    )
 
 
 class _Draft:

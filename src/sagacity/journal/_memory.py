@@ -7,7 +7,7 @@ import dataclasses
 import datetime
 import threading
 
-from sagacity.errors import AppendConflictError
+from sagacity.errors import AppendConflictError, SerializationError
 from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
 from sagacity.journal._entry import (
     GENESIS_HASH,
@@ -15,6 +15,7 @@ from sagacity.journal._entry import (
     Phase,
     entry_hash,
     new_entry,
+    refused_entry,
     utc_timestamp,
 )
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lost
@@ -62,7 +63,10 @@ class InMemoryJournal:
             AppendConflictError: `expected_seq` is not the saga's last seq; nothing was
                 written.
         """
-        payload_bytes = canonical_bytes(payload)  # SerializationError before the lock
+        try:  # SerializationError before the lock
+            payload_bytes = canonical_bytes(payload)
+        except SerializationError as error:
+            raise refused_entry(error, saga_id, phase, tool_name, call_id) from error
         # The entry keeps its own copy of the payload, read back from the hashed bytes as
         # the SQL backends do: the caller's object may be changed later, the copy is not.
         stored = payload if type(payload) in _IMMUTABLE else decode_canonical(payload_bytes)
@@ -88,14 +92,25 @@ class InMemoryJournal:
     ) -> JournalEntry:
         """Chain an entry to the saga's last one (under the lock)."""
         chain = self._sagas.get(saga_id)
-        if chain is None:
-            chain = self._sagas[saga_id] = []
-        seq = len(chain) + 1
+        seq = 1 if chain is None else len(chain) + 1
         prev_hash = chain[-1].hash if chain else GENESIS_HASH
         recorded_at = utc_timestamp()
-        digest = entry_hash(
-            saga_id, seq, phase, tool_name, call_id, ref_seq, payload_bytes, recorded_at, prev_hash
-        )
+        try:
+            digest = entry_hash(
+                saga_id,
+                seq,
+                phase,
+                tool_name,
+                call_id,
+                ref_seq,
+                payload_bytes,
+                recorded_at,
+                prev_hash,
+            )
+        except SerializationError as error:  # a field with no JSON form: nothing is kept
+            raise refused_entry(error, saga_id, phase, tool_name, call_id) from error
+        if chain is None:
+            chain = self._sagas[saga_id] = []
         entry = new_entry(
             saga_id,
             seq,

@@ -56,6 +56,7 @@ from sagacity.journal._entry import (
     JournalEntry,
     Phase,
     hashed_bytes,
+    refused_entry,
     seal,
     utc_timestamp,
 )
@@ -204,19 +205,25 @@ class _Append:
         values of `prev_hash` and `seq`, which the server fills in.
         """
         if self._pieces is None:
-            payload_bytes = canonical_bytes(self.payload)
-            self.recorded_at = utc_timestamp()
-            whole = hashed_bytes(
-                self.saga_id,
-                _SEQ_MARK,
-                self.phase,
-                self.tool_name,
-                self.call_id,
-                self.ref_seq,
-                payload_bytes,
-                self.recorded_at,
-                _PREV_MARK,
-            )
+            try:
+                payload_bytes = canonical_bytes(self.payload)
+                recorded_at = utc_timestamp()
+                whole = hashed_bytes(
+                    self.saga_id,
+                    _SEQ_MARK,
+                    self.phase,
+                    self.tool_name,
+                    self.call_id,
+                    self.ref_seq,
+                    payload_bytes,
+                    recorded_at,
+                    _PREV_MARK,
+                )
+            except SerializationError as error:
+                raise refused_entry(
+                    error, self.saga_id, self.phase, self.tool_name, self.call_id
+                ) from error
+            self.recorded_at = recorded_at
             # The payload comes before both fields and only strings after them, so the
             # last occurrence of each is the field itself.
             cut = whole.rindex(_PREV_FIELD) + len(_PREV_FIELD) - len(_PREV_MARK) - 1
