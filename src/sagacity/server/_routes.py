@@ -12,11 +12,15 @@ import datetime
 import io
 import re
 from collections.abc import Iterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import quote, unquote
 
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import StreamingResponse
+from starlette.convertors import Convertor, register_url_convertor
+from starlette.routing import Match
+from starlette.types import Scope
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
@@ -61,6 +65,53 @@ SagaId = Annotated[str, Path(description="the saga id", **_ID)]
 RequestId = Annotated[str, Path(description="the approval request id", **_ID)]
 CallId = Annotated[str, Path(description="the call id", **_ID)]
 SagaIdQuery = Annotated[str | None, Query(description="only this saga", **_ID)]
+
+
+class _IdConvertor(Convertor[str]):
+    """One path segment, percent-decoded: the form `_IdRoute` hands its routes ids in."""
+
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        return unquote(value)
+
+    def to_string(self, value: str) -> str:
+        return quote(value, safe="")
+
+
+register_url_convertor("sagacity_id", _IdConvertor())
+
+
+def _segmented(scope: Scope) -> str:
+    """The request's path with a `/` or `%` that came percent-encoded kept encoded.
+
+    The server decodes `%2F` into the path before routing, so `sagas/A/calls/B%2Fcalls%2FC`
+    would read as saga `A/calls/B`, call `C`. Split on the raw path's own `/` instead:
+    each segment is one id, and an id holding `/` is reached only percent-encoded. Where
+    the raw path is missing or does not match the path (a rewrite), the decoded path is
+    used with its `%` kept: an id holding `/` then matches no route rather than another.
+    """
+    path: str = scope["path"]
+    raw = scope.get("raw_path")
+    if isinstance(raw, bytes):
+        segments = [unquote(part) for part in raw.decode("ascii", "replace").split("/")]
+        decoded = "/".join(segments)
+        if path.endswith(decoded):
+            kept = "/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments)
+            return path[: len(path) - len(decoded)].replace("%", "%25") + kept
+    return path.replace("%", "%25")
+
+
+class _IdRoute(SagacityRoute):
+    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http":
+            return super().matches(scope)
+        # A copy: the router goes on matching other routes against the real path.
+        split: dict[str, Any] = {**scope, "path": _segmented(scope)}
+        return super().matches(split)
+
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
 Approver = Annotated[Principal, Depends(require(APPROVER))]
@@ -124,11 +175,11 @@ def _saga(saga_id: str) -> str:
 def api_router(sagacity: Sagacity) -> APIRouter:
     """The JSON routes over `sagacity`; `sagacity.server.router` adds auth binding.
 
-    Saga and call ids may hold `/` (a framework's ids often do), so their path
-    parameters take the rest of the path; the routes with a suffix (`/verify`) are
-    declared before the saga's own route so that they match first.
+    Saga and call ids may hold `/` (a framework's ids often do): sent percent-encoded,
+    each id is one segment of the raw path (`_IdRoute`), so no id can reach the route of
+    another (`GET /sagas/Q%2Fverify` is saga `Q/verify`, never the verification of `Q`).
     """
-    api = APIRouter(route_class=SagacityRoute, responses=ERROR_RESPONSES)
+    api = APIRouter(route_class=_IdRoute, responses=ERROR_RESPONSES)
 
     @api.get("/sagas", response_model=SagaPage, tags=["sagas"])
     def list_sagas(
@@ -154,7 +205,9 @@ def api_router(sagacity: Sagacity) -> APIRouter:
             sagas=[SagaSummaryModel.of(s) for s in page.summaries], next_cursor=page.next_cursor
         )
 
-    @api.get("/sagas/{saga_id:path}/verify", response_model=VerificationModel, tags=["sagas"])
+    @api.get(
+        "/sagas/{saga_id:sagacity_id}/verify", response_model=VerificationModel, tags=["sagas"]
+    )
     def verify_saga(saga_id: SagaId, _: Viewer) -> VerificationModel:
         """Recompute every hash and link of the saga's chain."""
         report = verify(sagacity.journal, _saga(saga_id))
@@ -162,7 +215,7 @@ def api_router(sagacity: Sagacity) -> APIRouter:
             raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
         return VerificationModel.of(report)
 
-    @api.get("/sagas/{saga_id:path}", response_model=SagaDetail, tags=["sagas"])
+    @api.get("/sagas/{saga_id:sagacity_id}", response_model=SagaDetail, tags=["sagas"])
     def saga_detail(saga_id: SagaId, _: Viewer) -> SagaDetail:
         """A saga's summary, its journal entries in seq order, and its open requests."""
         entries = sagacity.journal.entries(_saga(saga_id))
@@ -183,12 +236,20 @@ def api_router(sagacity: Sagacity) -> APIRouter:
             _saga(saga_id)
         return [ApprovalRequestModel.of(r) for r in sagacity.pending(saga_id)]
 
-    @api.get("/approvals/{request_id}", response_model=ApprovalRequestModel, tags=["approvals"])
+    @api.get(
+        "/approvals/{request_id:sagacity_id}",
+        response_model=ApprovalRequestModel,
+        tags=["approvals"],
+    )
     def approval_detail(request_id: RequestId, _: Viewer) -> ApprovalRequestModel:
         """One pending request."""
         return ApprovalRequestModel.of(_request(sagacity, request_id))
 
-    @api.post("/approvals/{request_id}/approve", response_model=ApproveResult, tags=["approvals"])
+    @api.post(
+        "/approvals/{request_id:sagacity_id}/approve",
+        response_model=ApproveResult,
+        tags=["approvals"],
+    )
     def approve(request_id: RequestId, body: ApproveBody, principal: Approver) -> ApproveResult:
         """Approve the request's input whose sha256 the approver saw; journaled as the principal."""
         request = _request(sagacity, request_id)
@@ -207,7 +268,11 @@ def api_router(sagacity: Sagacity) -> APIRouter:
             ready=now is not None and now.state == "approved",
         )
 
-    @api.post("/approvals/{request_id}/reject", response_model=SagaResultModel, tags=["approvals"])
+    @api.post(
+        "/approvals/{request_id:sagacity_id}/reject",
+        response_model=SagaResultModel,
+        tags=["approvals"],
+    )
     def reject(request_id: RequestId, body: RejectBody, principal: Approver) -> SagaResultModel:
         """Reject the request: journaled as the principal, the saga is compensated."""
         request = _request(sagacity, request_id)
@@ -217,7 +282,9 @@ def api_router(sagacity: Sagacity) -> APIRouter:
         return SagaResultModel.of(result)
 
     @api.post(
-        "/approvals/{request_id}/edit", response_model=ApprovalRequestModel, tags=["approvals"]
+        "/approvals/{request_id:sagacity_id}/edit",
+        response_model=ApprovalRequestModel,
+        tags=["approvals"],
     )
     def edit(request_id: RequestId, body: EditBody, principal: Approver) -> ApprovalRequestModel:
         """Replace the input: a new request with its own hash, which must then be approved."""
@@ -233,7 +300,9 @@ def api_router(sagacity: Sagacity) -> APIRouter:
         )
         return ApprovalRequestModel.of(edited)
 
-    @api.post("/sagas/{saga_id:path}/resume", response_model=SagaResultModel, tags=["operations"])
+    @api.post(
+        "/sagas/{saga_id:sagacity_id}/resume", response_model=SagaResultModel, tags=["operations"]
+    )
     def resume(
         saga_id: SagaId,
         _: Operator,
@@ -252,14 +321,16 @@ def api_router(sagacity: Sagacity) -> APIRouter:
         return SagaResultModel.of(result)
 
     @api.post(
-        "/sagas/{saga_id:path}/compensate", response_model=SagaResultModel, tags=["operations"]
+        "/sagas/{saga_id:sagacity_id}/compensate",
+        response_model=SagaResultModel,
+        tags=["operations"],
     )
     def compensate(saga_id: SagaId, _: Operator) -> SagaResultModel:
         """Run the compensation walk (again); a compensation already done never repeats."""
         return SagaResultModel.of(sagacity.compensate(_saga(saga_id)))
 
     @api.post(
-        "/sagas/{saga_id:path}/calls/{call_id:path}/resolve",
+        "/sagas/{saga_id:sagacity_id}/calls/{call_id:sagacity_id}/resolve",
         response_model=EntryModel,
         tags=["operations"],
     )
