@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -149,6 +150,8 @@ class TestDemoInbox:
     def test_a_rerun_of_the_demo_replaces_an_approved_wire(self, clone: Path) -> None:
         """After wire-1003 ran, make demo again leaves it waiting again, on a fresh file."""
         _, _, resume = _readme_steps()
+        listed = run_cli("pending", "--database", "sagacity-demo.db", "--json", cwd=clone)
+        digest = json.loads(listed.stdout)["input_sha256"]
         approved = run_cli(
             "approve",
             "wire-1003",
@@ -156,6 +159,8 @@ class TestDemoInbox:
             "sagacity-demo.db",
             "--approver",
             "you",
+            "--sha256",
+            digest,
             cwd=clone,
         )
         assert approved.returncode == 0, approved.stderr

@@ -10,7 +10,17 @@ from typing import Any
 import orjson
 
 from sagacity._ids import require_name
-from sagacity.cli._common import EXIT_OK, CliError, match_hash, opened, printable, require_saga
+from sagacity.approval import ApprovalRequest
+from sagacity.cli._common import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    CliError,
+    match_hash,
+    opened,
+    printable,
+    require_saga,
+)
+from sagacity.cli._request_text import input_line, request_block, request_views, visible
 from sagacity.errors import ApprovalNotFoundError
 from sagacity.saga import Sagacity, SagaResult
 
@@ -26,8 +36,8 @@ def _name(value: str, option: str) -> str:
     return value
 
 
-def _request_hash(sagacity: Sagacity, saga_id: str, request_id: str | None) -> str:
-    """The hash of the request an approval is about, from the journal's view of it."""
+def _pending_request(sagacity: Sagacity, saga_id: str, request_id: str | None) -> ApprovalRequest:
+    """The request an approval is about, as the journal records it."""
     requests = [r for r in sagacity.pending(saga_id) if request_id in (None, r.request_id)]
     if not requests:
         raise ApprovalNotFoundError(
@@ -39,23 +49,59 @@ def _request_hash(sagacity: Sagacity, saga_id: str, request_id: str | None) -> s
         raise CliError(
             f"saga {saga_id!r} has {len(requests)} pending requests ({ids}): give --request-id"
         )
-    return requests[0].input_sha256
+    return requests[0]
 
 
 def approve(args: argparse.Namespace) -> int:
-    """`sagacity approve SAGA --approver NAME`."""
+    """`sagacity approve SAGA --approver NAME`: bound to a hash typed or shown and confirmed."""
     approver = _name(args.approver, "--approver")
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
-        expected = None
+        request = _pending_request(sagacity, args.saga, args.request_id)
         if args.sha256 is not None:
-            actual = _request_hash(sagacity, args.saga, args.request_id)
-            expected = match_hash(args.sha256, actual, f"saga {args.saga!r}: --sha256")
+            expected = match_hash(
+                args.sha256, request.input_sha256, f"saga {args.saga!r}: --sha256"
+            )
+        else:
+            expected = _confirmed(sagacity, request, approver)
         entry = sagacity.approve(
-            args.saga, approver=approver, request_id=args.request_id, expected_sha256=expected
+            args.saga,
+            approver=approver,
+            request_id=request.request_id,
+            expected_sha256=expected,
         )
-    sys.stdout.write(f"saga {args.saga!r}: APPROVED at seq {entry.seq} by {approver}\n")
+    sys.stdout.write(
+        f"saga {args.saga!r}: APPROVED at seq {entry.seq} by {approver}\n"
+        f"  request {request.request_id}\n"
+        f"  tool    {visible(request.tool_name)}\n"
+        f"  input   {input_line(request.input)}\n"
+        f"  sha256  {request.input_sha256}\n"
+    )
     return EXIT_OK
+
+
+def _confirmed(sagacity: Sagacity, request: ApprovalRequest, approver: str) -> str:
+    """Show the whole request on the terminal and ask; return the hash shown if confirmed.
+
+    Without a terminal nobody sees the request: approving it would be blind, so it is
+    refused and `--sha256` asked for.
+    """
+    saga = request.saga_id
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise CliError(
+            f"saga {saga!r}: give --sha256 with the whole hash of the input you reviewed "
+            f"(sagacity pending --saga {saga} shows it); without --sha256, approve shows the "
+            "request and asks you to confirm, which needs a terminal. Nothing was approved",
+            EXIT_REFUSED,
+        )
+    (view,) = request_views(sagacity, [request])
+    sys.stdout.write("\n".join(request_block(view, sagacity.now())) + "\n\n")
+    sys.stdout.write(f"Approve this exact input as {approver}? Type yes to approve: ")
+    sys.stdout.flush()
+    answer = sys.stdin.readline()
+    if answer.strip().lower() != "yes":
+        raise CliError(f"saga {saga!r}: not approved; nothing was journaled", EXIT_REFUSED)
+    return request.input_sha256
 
 
 def _outcome(result: SagaResult) -> None:

@@ -31,6 +31,7 @@ from sagacity.cli._common import (
     progress,
     require_saga,
 )
+from sagacity.cli._request_text import edit_lines, request_block, request_views
 from sagacity.errors import SagaNotFoundError
 
 __all__ = ["STATUSES", "doubts", "export", "pending", "sagas", "show", "verify_command"]
@@ -234,18 +235,26 @@ def export(args: argparse.Namespace) -> int:
 
 
 def pending(args: argparse.Namespace) -> int:
-    """`sagacity pending`."""
+    """`sagacity pending`: a block per request on a terminal, a table or JSON otherwise."""
     with opened(args) as sagacity:
         if args.saga is not None:
             require_saga(sagacity, args.saga)
-        requests = sagacity.pending(args.saga)
+        views = request_views(sagacity, sagacity.pending(args.saga))
         now = sagacity.now()
     if args.json:
-        for request in requests:
-            emit_json(request.to_json())
+        for view in views:
+            emit_json(view.to_json())
+        return EXIT_OK
+    if views and sys.stdout.isatty():
+        # A table squeezed to the terminal's width would cut the input and the hash an
+        # approver must read whole: one block per request, long lines wrap.
+        for number, view in enumerate(views):
+            lines = request_block(view, now)
+            sys.stdout.write(("\n" if number else "") + "\n".join(lines) + "\n")
         return EXIT_OK
     rows = []
-    for request in requests:
+    for view in views:
+        request = view.request
         state = request.state
         if request.approvals:
             state += " by " + ", ".join(
@@ -253,8 +262,10 @@ def pending(args: argparse.Namespace) -> int:
             )
         if request.problem is not None:
             state += f" (not approvable: {request.problem})"
-        expires = "never" if request.expires_at is None else request.expires_at.isoformat()
-        if request.expires_at is not None and request.expires_at <= now:
+        if view.edits:
+            state += f" (edited by {view.edits[-1].editor} at {view.edits[-1].edited_at})"
+        expires = "never" if view.expires_at is None else view.expires_at.isoformat()
+        if view.expires_at is not None and view.expires_at <= now:
             expires += " (expired)"
         rows.append(
             (
@@ -274,6 +285,9 @@ def pending(args: argparse.Namespace) -> int:
         rows,
         empty="no approval requests are waiting",
     )
+    for view in views:  # under the table: what each edit changed, and the input before it
+        for line in edit_lines(view.edits, "  "):
+            sys.stdout.write(printable(f"request {view.request.request_id}: " + line) + "\n")
     return EXIT_OK
 
 

@@ -115,6 +115,11 @@ class WorkflowDefinition:
         )
 
     @property
+    def stage_names(self) -> list[str]:
+        """Its stages' names, in the order they run: what a run's start records."""
+        return [s.name for s in self.stages]
+
+    @property
     def is_async(self) -> bool:
         """Whether a stage or a check is async: the run is then driven by an event loop."""
         return any(
@@ -162,10 +167,14 @@ def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
             f"and {cls.__qualname__}); give each workflow its own name"
         )
     stages = _stages(sagacity, cls, instance, name, where)
-    start_call = _start_function(name, [s.name for s in stages])
+    timeouts = {s.name: s.timeout_seconds for s in stages if s.timeout_seconds}
+    start_call = _start_function(name, [s.name for s in stages], timeouts)
     start_call.__doc__ = declaration.description or f"A run of workflow {name!r}."
     start_call.__sagacity_tool__ = ToolDeclaration(  # type: ignore[attr-defined]
-        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=name
+        by=nothing_to_undo,
+        reversibility=Reversibility.REVERSIBLE,
+        name=name,
+        compensation_idempotent=True,  # an undo that does nothing is never in doubt
     )
     start = _journaled(sagacity, start_call, None, where)
     return WorkflowDefinition(
@@ -181,9 +190,15 @@ def nothing_to_undo() -> None:
     """The compensation of a run's start and of stages that declare no effect."""
 
 
-def _start_function(name: str, stages: list[str]) -> Callable[..., Any]:
+def _start_function(name: str, stages: list[str], timeouts: dict[str, float]) -> Callable[..., Any]:
+    # The gates' timeouts are journaled with the run's start: whoever reads the journal
+    # (the CLI, an inbox without the workflow) shows the gate's real expiry.
+    result: dict[str, Any] = {"workflow": name, "stages": stages}
+    if timeouts:
+        result["gate_timeouts"] = timeouts
+
     def start(input: object) -> dict[str, Any]:
-        return {"workflow": name, "stages": stages}
+        return dict(result)
 
     return start
 
@@ -363,9 +378,13 @@ def _tool(
     """The stage's method as a journaled tool named `tool_name`."""
     call = _forwarding(method)
     # No @compensable: the stage declares no effect, so there is nothing to undo. It is
-    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything.
+    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything; a
+    # walk stopped inside that nothing runs it again rather than leave it in doubt.
     declaration = declaration_of(method) or ToolDeclaration(
-        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=None
+        by=nothing_to_undo,
+        reversibility=Reversibility.REVERSIBLE,
+        name=None,
+        compensation_idempotent=True,
     )
     by = declaration.by
     if isinstance(by, str):

@@ -1,0 +1,168 @@
+r"""A pending request as a human reads it on a terminal: whole, never cut to fit.
+
+`sagacity pending` prints one block per request on a terminal and `sagacity approve`
+shows the same block before it asks for a confirmation. Nothing is truncated: a line
+longer than the terminal wraps. Characters that hide or reorder text (a bidi override,
+a zero-width joiner) are shown as JSON escapes (`\u202e`), as the inbox shows them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import unicodedata
+from collections.abc import Sequence
+
+from sagacity._request_view import InputEdit, edits_of, gate_deadline
+from sagacity.approval import ApprovalRequest
+from sagacity.cli._common import age
+from sagacity.journal import JournalEntry, JsonValue
+from sagacity.saga import Sagacity
+
+__all__ = [
+    "RequestView",
+    "edit_lines",
+    "expiry_text",
+    "input_line",
+    "request_block",
+    "request_views",
+    "state_text",
+    "visible",
+]
+
+_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RequestView:
+    """A pending request with what its saga's journal adds: its edits and real deadline."""
+
+    request: ApprovalRequest
+    """The request, as `Sagacity.pending` read it."""
+    expires_at: datetime.datetime | None
+    """When it stops being usable: a workflow gate's timeout counts; None for never."""
+    edits: tuple[InputEdit, ...]
+    """The edits that made its input, oldest first."""
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The request's JSON, with `expires_at` the real deadline and its `edits`."""
+        document = self.request.to_json()
+        document["expires_at"] = None if self.expires_at is None else self.expires_at.isoformat()
+        document["edits"] = [edit.to_json() for edit in self.edits]
+        return document
+
+
+def request_views(sagacity: Sagacity, requests: Sequence[ApprovalRequest]) -> list[RequestView]:
+    """Each request with its edits and deadline, reading each saga's journal once at most.
+
+    Only a request that was edited (`edited_by`) or may be a workflow gate (a tool named
+    `<workflow>.<stage>`) needs its journal.
+    """
+    entries: dict[str, list[JournalEntry]] = {}
+    views = []
+    for request in requests:
+        needs_journal = request.edited_by is not None or "." in request.tool_name
+        if needs_journal and request.saga_id not in entries:
+            entries[request.saga_id] = sagacity.journal.entries(request.saga_id)
+        journal = entries.get(request.saga_id, [])
+        views.append(
+            RequestView(
+                request=request,
+                expires_at=gate_deadline(journal, request) if journal else request.expires_at,
+                edits=tuple(edits_of(journal, request)) if request.edited_by else (),
+            )
+        )
+    return views
+
+
+def visible(text: str) -> str:
+    """`text` on one line, every invisible or reordering character shown as a JSON escape."""
+    return "".join(_visible(char) for char in text)
+
+
+def _visible(char: str) -> str:
+    if char.isascii() and char.isprintable():
+        return char
+    category = unicodedata.category(char)
+    if category not in _HIDDEN and not (category == "Zs" and char != " "):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def input_line(value: JsonValue) -> str:
+    """A JSON value on one line, whole, every hidden character escaped."""
+    return visible(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")))
+
+
+def _pretty(value: JsonValue) -> list[str]:
+    # JSON escapes a newline inside a string: each line of the dump is a line of the value.
+    return [visible(line) for line in json.dumps(value, ensure_ascii=False, indent=2).split("\n")]
+
+
+def state_text(request: ApprovalRequest) -> str:
+    """`waiting, 1 of 2 approvals (bob at …)`, or why it cannot be approved."""
+    required = max(1, request.approvers_required)
+    text = f"{request.state}, {len(request.approvals)} of {required} approval"
+    text += "" if required == 1 else "s"
+    if request.approvals:
+        text += " (" + ", ".join(f"{a.approver} at {a.approved_at}" for a in request.approvals)
+        text += ")"
+    if request.problem is not None:
+        text += f"; not approvable: {request.problem}"
+    return text
+
+
+def expiry_text(expires_at: datetime.datetime | None, now: datetime.datetime) -> str:
+    """`never`, or the time with how long is left (`in 59s`) or `(expired)`."""
+    if expires_at is None:
+        return "never"
+    if expires_at <= now:
+        return f"{expires_at.isoformat()} (expired)"
+    return f"{expires_at.isoformat()} ({age(expires_at, now)})"
+
+
+def edit_lines(edits: Sequence[InputEdit], indent: str) -> list[str]:
+    """Each edit: who and when, then each field it changed, then the input before it."""
+    lines = []
+    for edit in edits:
+        lines.append(f"edited by {visible(edit.editor)} at {edit.edited_at}")
+        for change in edit.changes:
+            if change.kind == "added":
+                what = f"added {input_line(change.after)}"
+            elif change.kind == "removed":
+                what = f"removed (was {input_line(change.before)})"
+            else:
+                what = f"{input_line(change.before)} -> {input_line(change.after)}"
+            lines.append(f"{indent}{visible(change.field)}: {what}")
+        lines.append(f"{indent}before: {input_line(edit.before)}")
+    return lines
+
+
+def request_block(view: RequestView, now: datetime.datetime) -> list[str]:
+    """A request as lines: saga, tool, state, times, reason, hash, the whole input, edits."""
+    request = view.request
+    label = 9  # the width of the longest label, "approvals", plus one
+    pad = " " * (2 + label)
+    lines = [f"request {visible(request.request_id)} of saga {visible(request.saga_id)}"]
+
+    def field(name: str, value: str) -> None:
+        lines.append(f"  {name.ljust(label)}{value}")
+
+    field("tool", visible(request.tool_name))
+    field("reason", visible(request.reason))
+    field("state", state_text(request))
+    field("asked", f"{request.requested_at.isoformat()} ({age(request.requested_at, now)} ago)")
+    field("expires", expiry_text(view.expires_at, now))
+    if request.started_by is not None:
+        field("started", f"by {visible(request.started_by)}")
+    lines.extend("  " + line for line in edit_lines(view.edits, "  "))
+    field("sha256", request.input_sha256)
+    first, *rest = _pretty(request.input)
+    field("input", first)
+    lines.extend(pad + line for line in rest)
+    return lines
