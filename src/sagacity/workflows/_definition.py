@@ -115,11 +115,6 @@ class WorkflowDefinition:
         )
 
     @property
-    def stage_names(self) -> list[str]:
-        """Its stages' names, in the order they run: what a run's start records."""
-        return [s.name for s in self.stages]
-
-    @property
     def is_async(self) -> bool:
         """Whether a stage or a check is async: the run is then driven by an event loop."""
         return any(
@@ -171,10 +166,7 @@ def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
     start_call = _start_function(name, [s.name for s in stages], timeouts)
     start_call.__doc__ = declaration.description or f"A run of workflow {name!r}."
     start_call.__sagacity_tool__ = ToolDeclaration(  # type: ignore[attr-defined]
-        by=nothing_to_undo,
-        reversibility=Reversibility.REVERSIBLE,
-        name=name,
-        compensation_idempotent=True,  # an undo that does nothing is never in doubt
+        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=name
     )
     start = _journaled(sagacity, start_call, None, where)
     return WorkflowDefinition(
@@ -378,13 +370,9 @@ def _tool(
     """The stage's method as a journaled tool named `tool_name`."""
     call = _forwarding(method)
     # No @compensable: the stage declares no effect, so there is nothing to undo. It is
-    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything; a
-    # walk stopped inside that nothing runs it again rather than leave it in doubt.
+    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything.
     declaration = declaration_of(method) or ToolDeclaration(
-        by=nothing_to_undo,
-        reversibility=Reversibility.REVERSIBLE,
-        name=None,
-        compensation_idempotent=True,
+        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=None
     )
     by = declaration.by
     if isinstance(by, str):
