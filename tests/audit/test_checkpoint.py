@@ -207,13 +207,14 @@ class TestTheFile:
     def test_the_format(self, text: str, key: PrivateKey) -> None:
         """Header lines, one head line per saga with its id as an ASCII JSON string, signature."""
         lines = text.splitlines()
-        assert lines[0] == "sagacity-checkpoint 1"
-        assert [line.split(" ")[0] for line in lines[1:6]] == [
-            "created_at", "key_id", "sagas", "entries", "heads_sha256"
+        assert lines[0] == "sagacity-checkpoint 2"
+        assert [line.split(" ")[0] for line in lines[1:7]] == [
+            "created_at", "key_id", "previous", "sagas", "entries", "heads_sha256"
         ]  # fmt: skip
         assert lines[2] == f"key_id {key.key_id}"
-        assert lines[8].endswith(' "z\\u00fcrich-3"')
-        assert lines[9].startswith("signature ")
+        assert lines[3] == "previous none"
+        assert lines[9].endswith(' "z\\u00fcrich-3"')
+        assert lines[10].startswith("signature ")
         assert text.isascii()
 
     def test_an_edited_head_is_refused(self, text: str, key: PrivateKey) -> None:
@@ -312,3 +313,95 @@ class TestTheStandAloneScript:
         (tmp_path / "checkpoint.txt").write_text(forged)
         code, _ = self.run(script, tmp_path, "journal.jsonl")
         assert code != 0  # InvalidSignature: the program stops
+
+
+class TestTheChainOfCheckpoints:
+    def test_each_checkpoint_names_the_one_before(
+        self, stored: tuple[SideEffectJournal, Rows], key: PrivateKey
+    ) -> None:
+        """The next checkpoint records the SHA-256 of the previous one's text, signed."""
+        import hashlib
+
+        journal, _ = stored
+        first = make_checkpoint(journal, key)
+        journal.append("order 1", Phase.ENDED, payload={"outcome": "COMPLETED"})
+        second = read_checkpoint(make_checkpoint(journal, key, previous=first).text, key.public)
+        assert first.previous is None
+        assert second.previous == hashlib.sha256(first.text.encode()).hexdigest()
+        assert f"\nprevious {second.previous}\n" in second.text
+        assert (second.heads[0].saga_id, second.heads[0].seq) == ("order 1", 7)
+
+    def test_a_truncation_since_the_last_checkpoint_is_not_signed(
+        self, stored: tuple[SideEffectJournal, Rows], key: PrivateKey
+    ) -> None:
+        """Entries deleted after a checkpoint: the next one is refused, naming saga and seq."""
+        journal, rows = stored
+        first = make_checkpoint(journal, key)
+        rows.delete("order 1", after_seq=4)
+        with pytest.raises(CheckpointError) as refused:
+            make_checkpoint(journal, key, previous=first)
+        assert str(refused.value) == (
+            "checkpoint: saga 'order 1' seq 5: truncation: the chain ends at seq 4, but its "
+            "head was recorded at seq 6; the entries after seq 4 were deleted; the journal "
+            f"no longer holds what checkpoint {first.created_at} signed (a shorter or rebuilt "
+            "chain is never signed as the new truth), so nothing was signed"
+        )
+        # Without the previous checkpoint the shorter chain is consistent, and would be signed.
+        assert make_checkpoint(journal, key).heads[0].seq == 4
+
+    def test_a_deleted_or_rebuilt_saga_is_not_signed(
+        self, stored: tuple[SideEffectJournal, Rows], key: PrivateKey
+    ) -> None:
+        """A saga gone since the last checkpoint, or rebuilt with fresh hashes: refused."""
+        journal, rows = stored
+        first = make_checkpoint(journal, key)
+        rows.delete('wire "2"')
+        with pytest.raises(CheckpointError, match=r"^checkpoint: saga 'wire \"2\"' seq 1: deleted"):
+            make_checkpoint(journal, key, previous=first)
+        second = make_checkpoint(journal, key)  # the operator starts again from here
+        rows.rewrite(journal.entries("order 1"), {2: {"n": "forged"}})
+        with pytest.raises(CheckpointError, match=r"^checkpoint: saga 'order 1' seq 6: rewritten"):
+            make_checkpoint(journal, key, previous=second)
+
+    def test_a_version_1_checkpoint_is_still_read(self, key: PrivateKey) -> None:
+        """A file written before checkpoints were chained reads back, with no previous."""
+        import hashlib
+
+        heads = "head 2 " + "a" * 64 + ' "order"\n'
+        body = (
+            "sagacity-checkpoint 1\ncreated_at 2026-12-01T12:00:00.000000Z\n"
+            f"key_id {key.key_id}\nsagas 1\nentries 2\n"
+            f"heads_sha256 {hashlib.sha256(heads.encode()).hexdigest()}\n{heads}"
+        )
+        old = read_checkpoint(f"{body}signature {key.sign(body.encode())}\n", key.public)
+        assert (old.previous, [(h.saga_id, h.seq) for h in old.heads]) == (None, [("order", 2)])
+
+
+class TestKeyFiles:
+    def test_a_private_key_others_can_read_is_refused(
+        self, tmp_path: Path, key: PrivateKey
+    ) -> None:
+        """A key file readable by group or others is refused, naming the file and the fix."""
+        import os
+
+        from sagacity.audit import load_private_key, load_public_key
+        from sagacity.errors import ConfigurationError
+
+        path = tmp_path / "approvals.key"
+        path.write_bytes(key.pem())
+        for mode in (0o644, 0o640, 0o604, 0o620):
+            os.chmod(path, mode)
+            with pytest.raises(ConfigurationError) as refused:
+                load_private_key(path)
+            assert str(refused.value) == (
+                f"the private key {path} is readable or writable by others (mode "
+                f"{mode:04o}): whoever reads it can sign anything. Make it the owner's alone "
+                f"with: chmod 600 {path}"
+            )
+            with pytest.raises(ConfigurationError, match="readable or writable by others"):
+                load_public_key(path)  # a private key file read for its public key, too
+        os.chmod(path, 0o600)
+        assert load_private_key(path).key_id == key.key_id
+        (tmp_path / "approvals.pub").write_bytes(key.public.pem())
+        os.chmod(tmp_path / "approvals.pub", 0o644)
+        assert load_public_key(tmp_path / "approvals.pub").key_id == key.key_id

@@ -117,8 +117,82 @@ class TestCheckpoint:
         done = run_cli("checkpoint", "--key", str(keys[0]), "--database", demo_db)
         assert done.returncode == 0
         lines = done.stdout.splitlines()
-        assert lines[0] == "sagacity-checkpoint 1"
+        assert lines[0] == "sagacity-checkpoint 2"
         assert lines[-1].startswith("signature ")
+
+    def test_the_next_checkpoint_in_a_folder_follows_the_last(
+        self, demo_db: str, keys: tuple[Path, Path], tmp_path: Path
+    ) -> None:
+        """It records the last one's SHA-256; after a truncation it refuses to sign, exit 1."""
+        import hashlib
+
+        private, _ = keys
+        folder = tmp_path / "checkpoints"
+        folder.mkdir()
+        sign = ("checkpoint", "--key", str(private), "--out", str(folder), "--database", demo_db)
+        assert run_cli(*sign).returncode == 0
+        (first,) = folder.iterdir()
+        assert "\nprevious none\n" in first.read_text()
+        second_run = run_cli(*sign)
+        assert second_run.returncode == 0, second_run.stderr
+        second = max(folder.iterdir())
+        first_at = first.read_text().splitlines()[1].split(" ")[1]
+        assert second_run.stdout.splitlines()[0].endswith(f", after checkpoint {first_at}")
+        digest = hashlib.sha256(first.read_bytes()).hexdigest()
+        assert f"\nprevious {digest}\n" in second.read_text()
+
+        restore_triggers_after(
+            demo_db, "DELETE FROM sagacity_journal WHERE saga_id = 'order-1001' AND seq > 8"
+        )
+        refused = run_cli(*sign)
+        assert refused.returncode == 1
+        second_at = second.read_text().splitlines()[1].split(" ")[1]
+        assert refused.stderr == (
+            "sagacity checkpoint: checkpoint: saga 'order-1001' seq 9: truncation: the chain "
+            "ends at seq 8, but its head was recorded at seq 11; the entries after seq 8 were "
+            f"deleted; the journal no longer holds what checkpoint {second_at} signed (a "
+            "shorter or rebuilt chain is never signed as the new truth), so nothing was signed\n"
+        )
+        assert sorted(folder.iterdir()) == [first, second]
+        # Named explicitly, printing to stdout: refused the same way.
+        printed = run_cli(
+            "checkpoint", "--key", str(private), "--previous", str(second), "--database", demo_db
+        )
+        assert (printed.returncode, printed.stdout) == (1, "")
+
+    def test_a_previous_checkpoint_of_another_key_needs_its_public_key(
+        self, demo_db: str, keys: tuple[Path, Path], tmp_path: Path
+    ) -> None:
+        """After a key change the last checkpoint is read with --previous-public-key."""
+        private, public = keys
+        folder = tmp_path / "checkpoints"
+        folder.mkdir()
+        sign = ("checkpoint", "--out", str(folder), "--database", demo_db)
+        assert run_cli(*sign, "--key", str(private)).returncode == 0
+        new_keys = tmp_path / "new"
+        new_keys.mkdir()
+        assert run_cli("keygen", "--out", str(new_keys)).returncode == 0
+        new_private = str(new_keys / "sagacity-checkpoint.key")
+        refused = run_cli(*sign, "--key", new_private)
+        assert refused.returncode == 1
+        assert "but the public key given is" in refused.stderr
+        done = run_cli(*sign, "--key", new_private, "--previous-public-key", str(public))
+        assert done.returncode == 0, done.stderr
+        assert len(list(folder.iterdir())) == 2
+
+    def test_a_private_key_others_can_read_is_refused(
+        self, demo_db: str, keys: tuple[Path, Path]
+    ) -> None:
+        """A key file of mode 644 is refused with the chmod that fixes it; nothing signed."""
+        private, _ = keys
+        private.chmod(0o644)
+        done = run_cli("checkpoint", "--key", str(private), "--database", demo_db)
+        assert (done.returncode, done.stdout) == (2, "")
+        assert done.stderr == (
+            f"sagacity checkpoint: the private key {private} is readable or writable by others "
+            f"(mode 0644): whoever reads it can sign anything. Make it the owner's alone with: "
+            f"chmod 600 {private}\n"
+        )
 
     def test_an_edited_checkpoint_is_refused(
         self, demo_db: str, keys: tuple[Path, Path], tmp_path: Path

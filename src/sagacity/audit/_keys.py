@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -120,15 +122,18 @@ def generate_key() -> PrivateKey:
 
 
 def load_private_key(path: str | Path) -> PrivateKey:
-    """Read an Ed25519 private key from a PEM file.
+    """Read an Ed25519 private key from a PEM file that only its owner can read.
 
     Raises:
-        ConfigurationError: The file is missing, unreadable or holds no Ed25519 private key.
+        ConfigurationError: The file is missing, unreadable, holds no Ed25519 private
+            key, or (on POSIX) its group or others may read or write it: whoever can
+            read the key can sign anything, so it is refused, as ssh refuses such a key.
     """
     _ed25519()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    _refuse_shared(path)
     data = _read(path, "private key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -164,6 +169,22 @@ def load_public_key(path: str | Path) -> PublicKey:
 def keys_by_id(keys: Iterable[PublicKey]) -> dict[str, PublicKey]:
     """Index public keys by their `key_id`."""
     return {key.key_id: key for key in keys}
+
+
+def _refuse_shared(path: str | Path) -> None:
+    """Refuse a private key file whose group or others have any permission on it."""
+    if os.name != "posix":
+        return  # Windows has ACLs, not mode bits: nothing to read here
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # `_read` says why it cannot be read
+    if mode & 0o077:
+        raise ConfigurationError(
+            f"the private key {path} is readable or writable by others (mode "
+            f"{stat.S_IMODE(mode):04o}): whoever reads it can sign anything. Make it the "
+            f"owner's alone with: chmod 600 {path}"
+        )
 
 
 def _read(path: str | Path, what: str) -> bytes:

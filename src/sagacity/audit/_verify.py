@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from sagacity.journal import GENESIS_HASH, JournalEntry, SideEffectJournal
+from sagacity._history import payload_of
+from sagacity.journal import GENESIS_HASH, JournalEntry, Phase, SideEffectJournal
 from sagacity.journal._rows import UnreadableRowError
+
+if TYPE_CHECKING:
+    from sagacity.approval._policy import ApprovalPolicy
+    from sagacity.audit._keys import PublicKey
 
 __all__ = [
     "ChainHead",
@@ -27,10 +33,11 @@ class Problem:
     saga_id: str
     """The saga whose chain is broken."""
     seq: int
-    """The first bad seq: entries before it verified; from here on nothing can be trusted."""
+    """The first bad seq: entries before it verified; from here on nothing can be trusted.
+    For an approval whose signature does not verify: that APPROVED entry's seq."""
     reason: str
     """What is wrong: a hash mismatch, a broken link, a gap, a duplicate, a truncation,
-    a stored row that cannot be read."""
+    a stored row that cannot be read, an approval not signed by a trusted key."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,7 +49,8 @@ class VerificationReport:
     entries: int
     """How many entries were checked."""
     problems: list[Problem]
-    """One per broken saga, in saga order; empty when all is well."""
+    """One per broken saga, and one per approval whose signature does not verify (when
+    `verify` was given approval keys), in saga and seq order; empty when all is well."""
     store_problems: list[str] = dataclasses.field(default_factory=list)
     """What is wrong with the store itself rather than a chain: a missing append-only
     trigger (someone made the journal table writable)."""
@@ -113,6 +121,7 @@ def verify(
     *,
     heads: Iterable[ChainHead] = (),
     progress: Callable[[int], None] | None = None,
+    approval_public_keys: Iterable[PublicKey] = (),
 ) -> VerificationReport:
     """Recompute every hash and link of one saga, or of every saga in the journal.
 
@@ -130,7 +139,13 @@ def verify(
             reported, as is a saga that has vanished. Without them, entries deleted from
             the end of a chain go unseen.
         progress: Called with 1 after each saga is checked (a progress bar).
+        approval_public_keys: The keys approvals must be signed with: each APPROVED
+            entry of a chain that verifies up to it, whose signature does not verify with
+            one of them (none, an unknown key, another approver's or request's), is a
+            problem naming its saga and seq, as a deployment requiring signed approvals
+            would not count it. Empty: signatures are not checked.
     """
+    signatures = _signature_policy(approval_public_keys)
     recorded = {head.saga_id: head for head in heads}
     if saga_id is not None:
         saga_ids: Iterable[str] = [saga_id]
@@ -141,7 +156,7 @@ def verify(
     sagas = count = 0
     for saga in saga_ids:
         sagas += 1
-        chain = _Chain(recorded.pop(saga, None))
+        chain = _Chain(recorded.pop(saga, None), signatures)
         try:
             entries: Iterable[JournalEntry] = journal.entries(saga)
             unreadable = None
@@ -156,6 +171,7 @@ def verify(
         problem = chain.finish(saga)
         if problem is not None:
             problems.append(problem)
+        problems.extend(chain.unsigned)
         if progress is not None:
             progress(1)
     for saga, head in recorded.items():  # recorded, but the journal has no entry of it
@@ -164,7 +180,9 @@ def verify(
         if problem is not None:
             problems.append(problem)
     # Text before anything else: a SQLite file edited by hand may hold a BLOB saga id.
-    problems.sort(key=lambda problem: (type(problem.saga_id) is not str, problem.saga_id))
+    problems.sort(
+        key=lambda problem: (type(problem.saga_id) is not str, problem.saga_id, problem.seq)
+    )
     return VerificationReport(
         sagas=sagas, entries=count, problems=problems, store_problems=_store_problems(journal)
     )
@@ -183,13 +201,18 @@ def _store_problems(journal: SideEffectJournal) -> list[str]:
 
 
 def verify_entries(
-    entries: Iterable[JournalEntry], *, heads: Iterable[ChainHead] = ()
+    entries: Iterable[JournalEntry],
+    *,
+    heads: Iterable[ChainHead] = (),
+    approval_public_keys: Iterable[PublicKey] = (),
 ) -> VerificationReport:
     """Verify entries given in seq order within each saga, as an export holds them.
 
     Each entry is checked against the chain of the saga its own `saga_id` names; sagas
-    may come in any order, even interleaved. `heads` is as for `verify`.
+    may come in any order, even interleaved. `heads` and `approval_public_keys` are as
+    for `verify`.
     """
+    signatures = _signature_policy(approval_public_keys)
     recorded = {head.saga_id: head for head in heads}
     chains: dict[str, _Chain] = {}
     count = 0
@@ -197,27 +220,41 @@ def verify_entries(
         count += 1
         chain = chains.get(entry.saga_id)
         if chain is None:
-            chain = chains[entry.saga_id] = _Chain(recorded.get(entry.saga_id))
+            chain = chains[entry.saga_id] = _Chain(recorded.get(entry.saga_id), signatures)
         chain.check(entry, entry.saga_id)
     for saga, head in recorded.items():
         if saga not in chains:
             chains[saga] = _Chain(head)
-    problems = [
-        problem
-        for saga, chain in sorted(chains.items())
-        if (problem := chain.finish(saga)) is not None
-    ]
+    problems = []
+    for saga, chain in sorted(chains.items()):
+        problem = chain.finish(saga)
+        if problem is not None:
+            problems.append(problem)
+        problems.extend(chain.unsigned)
+    problems.sort(key=lambda problem: (problem.saga_id, problem.seq))
     return VerificationReport(sagas=len(chains), entries=count, problems=problems)
+
+
+def _signature_policy(keys: Iterable[PublicKey]) -> ApprovalPolicy | None:
+    """The policy that counts only approvals signed with `keys`; None for no keys."""
+    from sagacity.approval._policy import ApprovalPolicy
+
+    trusted = list(keys)
+    return ApprovalPolicy.build(None, trusted, True) if trusted else None
 
 
 class _Chain:
     """One saga's chain as verified so far."""
 
-    __slots__ = ("head", "prev_hash", "problem", "seq")
+    __slots__ = ("head", "prev_hash", "problem", "seq", "signatures", "unsigned")
 
-    def __init__(self, head: ChainHead | None) -> None:
+    def __init__(self, head: ChainHead | None, signatures: ApprovalPolicy | None = None) -> None:
         self.head = head
         """The head recorded for this saga, if any."""
+        self.signatures = signatures
+        """Checks each verified APPROVED entry's signature; None: not checked."""
+        self.unsigned: list[Problem] = []
+        """The verified APPROVED entries whose signature does not verify."""
         self.seq = 0
         """The last seq verified."""
         self.prev_hash = GENESIS_HASH
@@ -235,6 +272,18 @@ class _Chain:
             return
         self.seq = entry.seq
         self.prev_hash = entry.hash
+        if self.signatures is not None and entry.phase is Phase.APPROVED:
+            why = self.signatures.signature_problem(saga_id, entry)
+            if why is not None:
+                approver = payload_of(entry).get("approver")
+                self.unsigned.append(
+                    Problem(
+                        saga_id=saga_id,
+                        seq=entry.seq,
+                        reason=f"unsigned approval: the APPROVED entry naming approver "
+                        f"{approver!r} does not count: {why}",
+                    )
+                )
         head = self.head
         if head is not None and head.seq == entry.seq and head.hash != entry.hash:
             self.problem = (

@@ -149,6 +149,17 @@ def _parser() -> argparse.ArgumentParser:
     checkpoint = command("checkpoint", "sign every saga's head; keep it outside the database")
     checkpoint.add_argument("--key", metavar="FILE", required=True, help="the private key PEM")
     checkpoint.add_argument("--out", metavar="DIR", help="write it there (default: print it)")
+    checkpoint.add_argument(
+        "--previous",
+        metavar="FILE",
+        help="the last checkpoint, which the journal must still hold (default: the newest "
+        "checkpoint in --out DIR)",
+    )
+    checkpoint.add_argument(
+        "--previous-public-key",
+        metavar="FILE",
+        help="the PEM key that signed --previous, if not the --key (after a key change)",
+    )
 
     serve = command("serve", "run the approval server (extra 'server')")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")

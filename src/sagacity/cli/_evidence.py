@@ -7,8 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from sagacity.audit import make_checkpoint
-from sagacity.cli._common import EXIT_OK, EXIT_OUTPUT, CliError, opened
+from sagacity.audit import Checkpoint, PrivateKey, make_checkpoint, read_checkpoint
+from sagacity.cli._common import EXIT_NOT_FOUND, EXIT_OK, EXIT_OUTPUT, CliError, opened
 
 __all__ = ["checkpoint", "keygen"]
 
@@ -56,22 +56,55 @@ def keygen(args: argparse.Namespace) -> int:
 
 
 def checkpoint(args: argparse.Namespace) -> int:
-    """`sagacity checkpoint --key FILE [--out DIR]`."""
+    """`sagacity checkpoint --key FILE [--out DIR] [--previous FILE]`."""
     from sagacity.audit._keys import load_private_key
 
     key = load_private_key(args.key)
+    previous = _previous(args, key)
     with opened(args) as sagacity:
-        signed = make_checkpoint(sagacity.journal, key)
+        signed = make_checkpoint(sagacity.journal, key, previous=previous)
     if args.out is None:
         sys.stdout.write(signed.text)
         return EXIT_OK
     out = Path(args.out)
-    if not out.is_dir():
-        raise CliError(f"--out {args.out}: no such directory", EXIT_OUTPUT)
     path = out / signed.filename
     _write_new(path, signed.text.encode(), 0o644)
+    after = "" if previous is None else f", after checkpoint {previous.created_at}"
     sys.stdout.write(
         f"checkpoint {signed.created_at}: {len(signed.heads)} sagas, {signed.entries} entries, "
-        f"signed by key {signed.key_id}\n  {path}\n"
+        f"signed by key {signed.key_id}{after}\n  {path}\n"
     )
     return EXIT_OK
+
+
+def _previous(args: argparse.Namespace, key: PrivateKey) -> Checkpoint | None:
+    """The last checkpoint: `--previous FILE`, else the newest in `--out DIR`, else None.
+
+    It is read with `--previous-public-key`, else with the signing key's own public key:
+    a previous checkpoint that does not verify is refused, never skipped.
+    """
+    from sagacity.audit._keys import load_public_key
+
+    if args.out is not None and not Path(args.out).is_dir():
+        raise CliError(f"--out {args.out}: no such directory", EXIT_OUTPUT)
+    if args.previous is not None:
+        path: Path | None = Path(args.previous)
+    elif args.out is not None:
+        # The names sort by time (checkpoint-YYYYMMDDTHHMMSS.ffffffZ.txt): the last is newest.
+        made = sorted(Path(args.out).glob("checkpoint-*.txt"))
+        path = made[-1] if made else None
+    else:
+        path = None
+    if path is None:
+        return None
+    if args.previous_public_key is None:
+        verifier = key.public
+    else:
+        verifier = load_public_key(args.previous_public_key)
+    try:
+        text = path.read_bytes()
+    except OSError as error:
+        raise CliError(
+            f"cannot read the previous checkpoint {path}: {error.strerror}", EXIT_NOT_FOUND
+        ) from None
+    return read_checkpoint(text, verifier)
