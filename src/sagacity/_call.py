@@ -31,6 +31,7 @@ from sagacity.errors import (
     SerializationError,
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex, to_json
+from sagacity.journal._canonical import copy_json
 from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
 __all__ = ["PAUSE", "REPLAY", "RUN", "Call", "JournaledTool"]
@@ -316,7 +317,7 @@ class Call:
                     "a new call id, or undo the saga with Sagacity.compensate"
                 )
             assert prior.outcome is not None
-            return REPLAY, payload_of(prior.outcome).get("result")
+            return REPLAY, copy_json(payload_of(prior.outcome).get("result"))
         if prior.in_doubt and prior.kind != CONTROL_FLOW:
             asked = self.scope.history.asked.get(self.call_id)
             if asked is not None and prior.intent.seq > asked.seq:

@@ -18,6 +18,7 @@ encoding it either returns its bytes or raises `SerializationError`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from typing import Any, TypeAlias
 
@@ -31,6 +32,7 @@ __all__ = [
     "JsonValue",
     "canonical_bytes",
     "canonical_string",
+    "copy_json",
     "decode_canonical",
     "sha256_hex",
 ]
@@ -50,6 +52,8 @@ _SCALARS = frozenset((str, int, bool, type(None)))
 _CONTAINERS = (dict, list, tuple)
 _FAST_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 _dumps = orjson.dumps
+_loads = orjson.loads
+_IMMUTABLE = frozenset((str, int, float, bool, type(None)))
 
 
 def _fast_path_is_exact(value: Any) -> bool:
@@ -148,6 +152,21 @@ def canonical_string(value: str | None) -> bytes:
 def sha256_hex(value: Any) -> str:
     """Return the lowercase hex SHA-256 of `value`'s canonical JSON."""
     return hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+def copy_json(value: JsonValue) -> JsonValue:
+    """Return a copy of a JSON value that shares no list or object with it.
+
+    What the journal hands out (an entry's payload, a replayed result) is copied, so
+    that a caller who changes it changes its copy, never the journal.
+    """
+    if type(value) in _IMMUTABLE:
+        return value
+    try:
+        # Exact for JSON values, and a third of the cost of a copy made in Python.
+        return _loads(_dumps(value))  # type: ignore[no-any-return]  # a JSON value
+    except orjson.JSONEncodeError:  # not a JSON value: copied as Python copies it
+        return copy.deepcopy(value)
 
 
 def decode_canonical(data: bytes | str) -> JsonValue:

@@ -8,7 +8,7 @@ import datetime
 import threading
 
 from sagacity.errors import AppendConflictError, SerializationError
-from sagacity.journal._canonical import JsonValue, canonical_bytes, decode_canonical
+from sagacity.journal._canonical import JsonValue, canonical_bytes, copy_json, decode_canonical
 from sagacity.journal._entry import (
     GENESIS_HASH,
     JournalEntry,
@@ -32,8 +32,9 @@ class InMemoryJournal:
     Appends never await, so one lock orders them for threads and tasks alike. Each
     entry holds its own copy of the payload, decoded from the canonical bytes that were
     hashed: what is read back is what a SQL backend would return. The entries `append`
-    returns and `entries` reads are the stored ones, not copies: treat their payloads as
-    read-only.
+    returns and `entries` reads carry copies of their payloads, as a SQL backend's
+    do: a caller that changes one (a replayed result it edits) changes its copy, never
+    the journal.
     """
 
     def __init__(self) -> None:
@@ -124,7 +125,22 @@ class InMemoryJournal:
             digest,
         )
         chain.append(entry)
-        return entry
+        if type(stored) in _IMMUTABLE:
+            return entry
+        # The caller gets its own copy, read back from the same bytes: what it does with
+        # it (a replayed result it edits) never reaches the journal.
+        return new_entry(
+            saga_id,
+            seq,
+            phase,
+            tool_name,
+            call_id,
+            ref_seq,
+            decode_canonical(payload_bytes),
+            recorded_at,
+            prev_hash,
+            digest,
+        )
 
     async def aappend(
         self,
@@ -205,9 +221,10 @@ class InMemoryJournal:
             raise lost(lease)
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
-        """Return a saga's entries in seq order."""
+        """Return a saga's entries in seq order, each with its own copy of its payload."""
         with self._lock:
-            return list(self._sagas.get(saga_id, ()))
+            stored = list(self._sagas.get(saga_id, ()))
+        return [entry if type(entry.payload) in _IMMUTABLE else _copied(entry) for entry in stored]
 
     async def aentries(self, saga_id: str) -> list[JournalEntry]:
         """`entries` for async code: it never waits on I/O, so it runs on the loop's thread."""
@@ -245,3 +262,19 @@ class InMemoryJournal:
     def _chains(self) -> dict[str, list[JournalEntry]]:
         """The live storage, for tests that tamper with it (`sagacity.testing`)."""
         return self._sagas
+
+
+def _copied(entry: JournalEntry) -> JournalEntry:
+    """`entry` with a copy of its payload that shares no list or object with it."""
+    return new_entry(
+        entry.saga_id,
+        entry.seq,
+        entry.phase,
+        entry.tool_name,
+        entry.call_id,
+        entry.ref_seq,
+        copy_json(entry.payload),
+        entry.recorded_at,
+        entry.prev_hash,
+        entry.hash,
+    )
