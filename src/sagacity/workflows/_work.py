@@ -157,7 +157,7 @@ def _judge(
     scope: SagaScope, declared: StageDefinition, stage_check: StageCheck, verdict: Any
 ) -> None:
     """Journal and raise a failed check's refusal; a check that did not say ok failed."""
-    name = type(stage_check).__qualname__
+    name = _storable(type(stage_check).__qualname__)
     if isinstance(verdict, CheckResult) and verdict.passed:
         return
     if isinstance(verdict, Exception):
@@ -169,6 +169,7 @@ def _judge(
         detail = verdict.reason or "failed without a reason"
     else:
         detail = f"{name}.check returned {verdict!r:.200}, not a CheckResult"
+    detail = _storable(detail)
     error = CheckFailedError(
         f"run {scope.saga_id!r}: check {name} refused stage {declared.name!r}: {detail}; the "
         "stage was not run and the run compensates"
@@ -182,3 +183,12 @@ def _judge(
         detail=detail,
     )
     raise error
+
+
+def _storable(text: str) -> str:
+    r"""`text` with each lone surrogate written as its escape (`\ud800`).
+
+    Such a code point has no UTF-8 form, and the refusal must be journaled all the same:
+    it is escaped as the core escapes an error's message. Other text is kept as it is.
+    """
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
