@@ -35,12 +35,11 @@ _IGNORABLE_RE = re.compile(f"[{_IGNORABLE}]")
 # overrides and isolates) and any other format character (category Cf).
 _NOT_IN_NAME = re.compile(f"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff{_IGNORABLE}]")
 
-# What is escaped on display: the same, except that a soft hyphen or a Hangul filler is
-# harmless to show while a bidi control or a zero-width character is not.
-_ESCAPED = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\ufeff\ufff9-\ufffb\ud800-\udfff]"
-)
+# What is escaped on display: every character that draws nothing, draws something else
+# than it is, or moves the text around it (controls, format characters such as the bidi
+# overrides and zero-width spaces, private-use, unassigned, surrogates, line and
+# paragraph separators), and spaces other than the plain one.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
 
 
 def principal_key(name: str) -> str:
@@ -67,10 +66,25 @@ def principal_name_problem(name: str) -> str | None:
     return None
 
 
-def escape_for_display(text: str) -> str:
-    r"""`text` with control, zero-width and bidi characters shown as `\uXXXX` escapes.
+def escape_for_display(text: str, *, keep_newlines: bool = True) -> str:
+    r"""`text` with every invisible or reordering character shown as a JSON escape (`\u202e`).
 
-    Newlines and tabs are kept (an input's JSON is shown on many lines); a backslash is
-    left alone, so an escape already in the text reads as it did.
+    Used wherever an id, a name or an input is shown (the inbox's pages, `sagacity
+    pending`), so a right-to-left override cannot reorder or hide what the reader sees.
+    Newlines are kept unless `keep_newlines` is false (one line for a terminal's field); a
+    character beyond the BMP is escaped as JSON does, as a surrogate pair.
     """
-    return _ESCAPED.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return "".join(_shown(char, keep_newlines) for char in text)
+
+
+def _shown(char: str, keep_newlines: bool) -> str:
+    if char.isascii() and (char.isprintable() or (keep_newlines and char == "\n")):
+        return char
+    category = unicodedata.category(char)
+    if category not in _HIDDEN_CATEGORIES and not (category == "Zs" and char != " "):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"

@@ -14,6 +14,7 @@ import orjson
 
 from sagacity._display import table
 from sagacity._stores import default_url, open_stores
+from sagacity._unicode import escape_for_display
 from sagacity.errors import SagaNotFoundError
 from sagacity.saga import Sagacity
 
@@ -89,7 +90,8 @@ def printable(text: str) -> str:
     Ids are checked before they are stored, but a database edited by hand can hold
     anything: a newline that forges a row, an escape sequence that clears the screen.
     """
-    return _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+    shown = _CONTROL.sub(lambda found: found.group().encode("unicode_escape").decode(), text)
+    return escape_for_display(shown, keep_newlines=False)  # bidi and zero-width: `\u202e`
 
 
 def require_saga(sagacity: Sagacity, saga_id: str) -> None:

@@ -16,10 +16,12 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import jinja2
+import markupsafe
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import FormData
 
+from sagacity._unicode import escape_for_display
 from sagacity.errors import SagacityError
 from sagacity.server._auth import _AUTH_KEY, VIEWER, Principal, TokenAuth, authenticate
 from sagacity.server._ui_sessions import Session, SessionStore
@@ -61,13 +63,34 @@ _NEXT = re.compile(r"^/[A-Za-z0-9/_\-.~%?=&]*$")
 
 
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_HERE / "templates"),
         autoescape=True,  # every template, whatever its name
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,
     )
+    environment.filters["exact"] = _exact
+    return environment
+
+
+def _shown(value: Any) -> Any:
+    """Every `{{ value }}` a page shows: a bidi override or zero-width space as an escape.
+
+    Done here, for every template, so no id, name or input reaches a page raw.
+    """
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return escape_for_display(value)
+    return value
+
+
+def _exact(value: str) -> markupsafe.Markup:
+    """A value a form posts back (a hidden input's saga or call id): HTML-escaped, not shown.
+
+    Posted back escaped for display, an id holding a bidi character would name no saga.
+    """
+    return markupsafe.escape(value)
 
 
 class Refusal(Exception):
