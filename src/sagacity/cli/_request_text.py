@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import unicodedata
 from collections.abc import Sequence
 
 from sagacity._request_view import InputEdit, edits_of, gate_deadline
+from sagacity._unicode import escape_for_display
 from sagacity.approval import ApprovalRequest
 from sagacity.cli._common import age
 from sagacity.journal import JournalEntry, JsonValue
@@ -30,8 +30,6 @@ __all__ = [
     "state_text",
     "visible",
 ]
-
-_HIDDEN = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,20 +76,7 @@ def request_views(sagacity: Sagacity, requests: Sequence[ApprovalRequest]) -> li
 
 def visible(text: str) -> str:
     """`text` on one line, every invisible or reordering character shown as a JSON escape."""
-    return "".join(_visible(char) for char in text)
-
-
-def _visible(char: str) -> str:
-    if char.isascii() and char.isprintable():
-        return char
-    category = unicodedata.category(char)
-    if category not in _HIDDEN and not (category == "Zs" and char != " "):
-        return char
-    code = ord(char)
-    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
+    return escape_for_display(text, keep_newlines=False)
 
 
 def input_line(value: JsonValue) -> str:
