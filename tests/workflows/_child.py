@@ -1,7 +1,8 @@
 """What the workflow process tests run: `python -m tests.workflows._child ACTION URL DIR RUN`.
 
-ACTION is `start` (start run RUN of the refund workflow), `resume`, `approve` (approve
-the wire's gate as `carol`) or `reject` (reject it as `dave`). DIR holds the ledger; a
+ACTION is `start` (start run RUN of the refund workflow), `start-receipt` (start run
+RUN of the receipt workflow), `resume`, `approve` (approve the wire's gate as `carol`)
+or `reject` (reject it as `dave`). DIR holds the ledger; a
 file `low-budget` in it makes the budget check fail. With a fifth argument the process is
 stopped there, to be killed: `after:<PHASE>:<call id>` once that journal entry is
 committed, `inside:<stage>` inside the stage once its effect is in the ledger. Either way
@@ -18,6 +19,7 @@ from typing import Any
 
 from sagacity import JournalEntry, Phase, Sagacity, SqliteApprovalStore, SqliteJournal
 from sagacity.workflows import WorkflowRuntime
+from tests.workflows._receipt import ReceiptWorkflow
 from tests.workflows._refund import REQUEST, Ledger, RefundRequest, RefundWorkflow, Reservation
 
 
@@ -71,11 +73,12 @@ def main(action: str, url: str, folder: str, run_id: str, point: str | None = No
     path = url[len("sqlite:///") :]
     # A short lease: the process that goes on after the kill waits for it to expire.
     sagacity = Sagacity(StoppingJournal(path, point), SqliteApprovalStore(path), lease_ttl=1.0)
-    runtime = WorkflowRuntime(
-        sagacity, [StoppingRefund(Ledger(Path(folder) / "ledger.txt"), point)]
-    )
+    ledger = Ledger(Path(folder) / "ledger.txt")
+    runtime = WorkflowRuntime(sagacity, [StoppingRefund(ledger, point), ReceiptWorkflow(ledger)])
     if action == "start":
         handle = runtime.start("refund-request", REQUEST, run_id=run_id)
+    elif action == "start-receipt":
+        handle = runtime.start("receipt", "R-1", run_id=run_id)
     elif action == "resume":
         handle = runtime.resume(run_id)
     elif action == "reject":

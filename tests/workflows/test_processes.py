@@ -17,6 +17,7 @@ import pytest
 from sagacity import Phase, Sagacity, verify
 from sagacity.workflows import WorkflowRuntime, WorkflowStatus
 from tests.processes._kill import ROOT, run_until_killed
+from tests.workflows._receipt import ReceiptWorkflow
 from tests.workflows._refund import Ledger, RefundWorkflow
 
 pytestmark = pytest.mark.slow
@@ -48,7 +49,8 @@ def kill_at(action: str, url: str, folder: Path, point: str) -> None:
 def here(url: str, folder: Path) -> tuple[Sagacity, WorkflowRuntime]:
     """This process, as the second one: it waits for the killed worker's lease."""
     sagacity = Sagacity.from_url(url, lease_wait=15)
-    return sagacity, WorkflowRuntime(sagacity, [RefundWorkflow(Ledger(folder / "ledger.txt"))])
+    ledger = Ledger(folder / "ledger.txt")
+    return sagacity, WorkflowRuntime(sagacity, [RefundWorkflow(ledger), ReceiptWorkflow(ledger)])
 
 
 def lines(folder: Path) -> list[str]:
@@ -194,6 +196,44 @@ class TestKilledWhileFailing:
         sagacity, runtime = here(sqlite_url, tmp_path)
         assert runtime.resume(RUN).status is WorkflowStatus.COMPENSATED
         assert lines(tmp_path) == [RESERVED, "release res-A-17"]
+        assert verify(sagacity.journal, RUN).ok
+
+
+class TestKilledAfterAnOutputWithNoJsonForm:
+    def test_the_resumed_run_fails_as_the_uninterrupted_one(
+        self, sqlite_url: str, tmp_path: Path
+    ) -> None:
+        """Killed after a stage whose output has no JSON form: `file` never runs on null.
+
+        Uninterrupted, the run fails at `issue`'s output and undoes it; resumed after a
+        kill that followed `issue`'s EXECUTED, it fails the same way, with the same error.
+        """
+        alone = tmp_path / "uninterrupted"
+        alone.mkdir()
+        whole = Sagacity.from_url(f"sqlite:///{alone / 'sagacity.db'}")
+        try:
+            runtime = WorkflowRuntime(whole, [ReceiptWorkflow(Ledger(alone / "ledger.txt"))])
+            uninterrupted = runtime.start("receipt", "R-1", run_id=RUN)
+        finally:
+            whole.close()
+        assert uninterrupted.status is WorkflowStatus.COMPENSATED
+        kill_at("start-receipt", sqlite_url, tmp_path, "after:EXECUTED:issue")
+        assert lines(tmp_path) == ["note R-1", "issue R-1"]
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        resumed = runtime.resume(RUN)
+        assert resumed == uninterrupted
+        assert resumed.error is not None
+        assert resumed.error.startswith(
+            "SerializationError: workflow 'receipt' stage 'issue' output has no JSON form"
+        )
+        assert "Receipt('R-1')" in resumed.error
+        assert [(s.name, s.status.value) for s in resumed.stages] == [
+            ("note", "COMPENSATED"),
+            ("issue", "COMPENSATED"),
+            ("file", "PENDING"),
+        ]
+        assert lines(tmp_path) == ["note R-1", "issue R-1", "void R-1"]
+        assert lines(alone) == lines(tmp_path)
         assert verify(sagacity.journal, RUN).ok
 
 

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity._history import payload_of
 from sagacity._scope import SagaScope, current_scope
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import SerializationError
@@ -50,7 +51,7 @@ def work_of(
             )
             if result is _PAUSED:
                 return None
-            value_json = outputs[declared.name] = _output(definition, declared, result)
+            value_json = outputs[declared.name] = _output(scope, definition, declared, result)
         return value_json
 
     return work
@@ -83,7 +84,7 @@ def awork_of(
             )
             if result is _PAUSED:
                 return None
-            value_json = outputs[declared.name] = _output(definition, declared, result)
+            value_json = outputs[declared.name] = _output(scope, definition, declared, result)
         return value_json
 
     return work
@@ -121,7 +122,24 @@ def _stage_value(
     )
 
 
-def _output(definition: WorkflowDefinition, declared: StageDefinition, result: Any) -> JsonValue:
+def _output(
+    scope: SagaScope, definition: WorkflowDefinition, declared: StageDefinition, result: Any
+) -> JsonValue:
+    """The stage's output as journaled; a stage whose EXECUTED has no JSON form fails the run.
+
+    Read from the stage's EXECUTED entry, not from what the call returned, so a replayed
+    stage fails the run exactly as the run that ran it did: its journaled `result` is null,
+    which is not what it returned.
+    """
+    call = scope.history.latest_call.get(declared.call_id)
+    lost = None if call is None or call.outcome is None else payload_of(call.outcome)
+    if lost is not None and "unserializable_result" in lost:
+        raise SerializationError(
+            f"workflow {definition.name!r} stage {declared.name!r} output has no JSON form "
+            f"({lost['unserializable_result']}); a stage's output is journaled and fed to the "
+            "next stage, so it must be JSON or a type sagacity converts (dataclass, pydantic "
+            "model, Decimal, ...)"
+        )
     try:
         return to_json(result, where=f"workflow {definition.name!r} stage {declared.name!r} output")
     except SerializationError as error:
