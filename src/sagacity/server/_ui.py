@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 
 from sagacity._ids import require_id
 from sagacity._summary import STATUSES, iter_doubts, list_summaries, summary_of
+from sagacity._unicode import principal_key
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import verify
 from sagacity.errors import ConfigurationError, JournalError, SagacityError
@@ -52,6 +53,7 @@ from sagacity.server._ui_inbox import (
     RunFlow,
     age,
     approvers_required,
+    edit_view,
     expiry,
     hash_matches,
     inbox_items,
@@ -153,6 +155,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 "saga_url": base + item.saga_url,
                 "workflow": item.workflow,
                 "stage": item.stage,
+                "edits": [edit_view(edit) for edit in item.edits],
             }
             for item in items
         ]
@@ -251,6 +254,10 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             blocked = "This request cannot be approved: its stored copy disagrees with the journal."
         elif starter is not None and starter == principal.name:
             blocked = "You started this saga: another approver must approve it (four eyes)."
+        elif pending.edited_by is not None and principal_key(pending.edited_by) == principal_key(
+            principal.name
+        ):
+            blocked = "You edited this input: another approver must approve it (four eyes)."
         elif any(a.approver == principal.name for a in pending.approvals):
             blocked = "You approved this request already."
         elif len(pending.approvals) >= approvers_required(pending):
@@ -275,6 +282,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         elif fully and flow is None and not principal.can(OPERATOR):
             resume_note = "Approved. An operator (or the agent's own process) runs the call."
         events = f"saga={quote(pending.saga_id, safe='')}&v={inbox_version(items, entries)}"
+        item = next((i for i in items if i.item_id == pending.request_id), None)
+        deadline = pending.expires_at if item is None else item.expires_at
         response = inbox.page(
             request,
             "request.html",
@@ -291,8 +300,9 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             started_by=starter,
             age=age(pending.requested_at, now),
             requested_at=pending.requested_at.isoformat(),
-            expiry=expiry(pending.expires_at, now),
-            expires_at=pending.expires_at.isoformat() if pending.expires_at else None,
+            expiry=expiry(deadline, now),
+            expires_at=deadline.isoformat() if deadline else None,
+            edits=[edit_view(edit) for edit in (item.edits if item is not None else ())],
             approvers_required=approvers_required(pending),
             can_decide=principal.can(APPROVER),
             can_edit=principal.can(APPROVER) and pending.problem is None and flow is None,

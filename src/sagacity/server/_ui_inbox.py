@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import unicodedata
 from typing import Any
 from urllib.parse import quote
 
 from sagacity._history import SagaHistory
-from sagacity._unicode import escape_for_display
+from sagacity._request_view import InputEdit, edits_of, gate_deadline
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._edit import started_workflow
@@ -40,6 +41,12 @@ __all__ = [
     "timeline",
     "workflow_of_request",
 ]
+
+# Characters that change how text reads without showing themselves: bidi overrides and
+# isolates, zero-width joiners, tag characters, soft hyphens, line separators, private and
+# unassigned code points. An approver must see exactly what will run, so they are shown as
+# JSON escapes (`\u202e`), which decode to the very same string.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,6 +81,8 @@ class InboxItem:
     """The gate's workflow; None for a tool."""
     stage: str | None = None
     """The gate's stage; None for a tool."""
+    edits: tuple[InputEdit, ...] = ()
+    """The edits that made its input, oldest first; empty when nobody edited it."""
 
 
 def approvers_required(request: ApprovalRequest) -> int:
@@ -99,10 +108,12 @@ def saga_path(saga_id: str) -> str:
 def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxItem]:
     """Everything waiting for a decision, of one saga or of all, oldest first."""
     starts: dict[str, str | None] = {}
+    journals: dict[str, list[JournalEntry]] = {}
     items = []
     for request in sagacity.pending(saga_id):
         workflow = workflow_of_request(sagacity, request, starts)
         stage = request.call_id if workflow is not None else None
+        expires_at, edits = _review(sagacity, request, workflow, journals)
         items.append(
             InboxItem(
                 kind="tool" if workflow is None else "gate",
@@ -111,7 +122,7 @@ def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxIte
                 title=request.tool_name if workflow is None else f"{workflow} · {stage}",
                 reason=request.reason,
                 requested_at=request.requested_at,
-                expires_at=request.expires_at,
+                expires_at=expires_at,
                 state=request.state,
                 approvals=tuple(a.approver for a in request.approvals),
                 approvers_required=approvers_required(request),
@@ -119,10 +130,64 @@ def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxIte
                 saga_url=saga_path(request.saga_id),
                 workflow=workflow,
                 stage=stage,
+                edits=edits,
             )
         )
     items.sort(key=lambda item: (item.requested_at, item.item_id))
     return items
+
+
+def _review(
+    sagacity: Sagacity,
+    request: ApprovalRequest,
+    workflow: str | None,
+    journals: dict[str, list[JournalEntry]],
+) -> tuple[datetime.datetime | None, tuple[InputEdit, ...]]:
+    """A request's real deadline (a gate's timeout counts) and the edits of its input.
+
+    Only an edited request or a gate needs its saga's journal; each is read once.
+    """
+    if request.edited_by is None and workflow is None:
+        return request.expires_at, ()
+    if request.saga_id not in journals:
+        journals[request.saga_id] = sagacity.history(request.saga_id)
+    entries = journals[request.saga_id]
+    edits = tuple(edits_of(entries, request)) if request.edited_by is not None else ()
+    if workflow is None:
+        return request.expires_at, edits
+    # The runtime that serves the workflow expires the gate by its declared timeout: its
+    # deadline is the one that holds. Without it, the timeout the run's start journaled.
+    for runtime in runtimes_of(sagacity):
+        for gate in runtime.pending_gates(request.saga_id):
+            if gate.request_id == request.request_id:
+                return gate.expires_at, edits
+    return gate_deadline(entries, request), edits
+
+
+def edit_view(edit: InputEdit) -> dict[str, Any]:
+    """An edit as the pages show it: who, when, each field before and after, the input before.
+
+    Values are JSON text with every invisible or reordering character escaped.
+    """
+    return {
+        "editor": visible(edit.editor),
+        "edited_at": edit.edited_at,
+        "changes": [
+            {
+                "field": visible(change.field),
+                "kind": change.kind,
+                "before": "" if change.kind == "added" else _json_line(change.before),
+                "after": "" if change.kind == "removed" else _json_line(change.after),
+            }
+            for change in edit.changes
+        ],
+        "before": pretty_json(edit.before),
+        "before_sha256": edit.before_sha256,
+    }
+
+
+def _json_line(value: Any) -> str:
+    return visible(json.dumps(value, ensure_ascii=False))
 
 
 def workflow_of_request(
@@ -295,7 +360,20 @@ def pretty_json(value: Any) -> str:
 
 def visible(text: str) -> str:
     """`text` with every invisible or reordering character (a bidi override) escaped."""
-    return escape_for_display(text)
+    return "".join(_visible(char) for char in text)
+
+
+def _visible(char: str) -> str:
+    if char.isascii() and (char.isprintable() or char == "\n"):
+        return char
+    category = unicodedata.category(char)
+    if category not in _HIDDEN_CATEGORIES and not (category == "Zs" and char != " "):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
 
 
 def hash_matches(request: ApprovalRequest) -> bool:
