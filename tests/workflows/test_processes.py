@@ -237,6 +237,41 @@ class TestKilledAfterAnOutputWithNoJsonForm:
         assert verify(sagacity.journal, RUN).ok
 
 
+class TestKilledInsideAnUndoThatDoesNothing:
+    @pytest.mark.parametrize(
+        ("action", "point", "effects"),
+        [
+            # the budget check refuses the wire; the walk releases, then undoes the start
+            ("start", "after:COMPENSATING:workflow", [RESERVED, "release res-A-17"]),
+            # `issue`'s output fails the run; the walk voids it, then undoes `note`
+            ("start-receipt", "after:COMPENSATING:note", ["note R-1", "issue R-1", "void R-1"]),
+        ],
+    )
+    def test_resume_runs_it_again_and_the_run_compensates(
+        self, sqlite_url: str, tmp_path: Path, action: str, point: str, effects: list[str]
+    ) -> None:
+        """The no-op undo of the start (or of a stage with no effect) is never in doubt."""
+        (tmp_path / "low-budget").touch()
+        kill_at(action, sqlite_url, tmp_path, point)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.COMPENSATED
+        assert lines(tmp_path) == effects
+        call_id = point.rsplit(":", 1)[1]
+        assert [
+            (e.phase, e.payload)
+            for e in sagacity.history(RUN)
+            if e.call_id == call_id and e.phase in (Phase.COMPENSATING, Phase.COMPENSATED)
+        ] == [
+            (Phase.COMPENSATING, {"attempt": 1}),
+            (Phase.COMPENSATING, {"attempt": 2}),
+            (Phase.COMPENSATED, None),
+        ]
+        (ended,) = [e for e in sagacity.history(RUN) if e.phase is Phase.ENDED]
+        assert ended.payload["in_doubt"] == []
+        assert verify(sagacity.journal, RUN).ok
+
+
 def test_a_pause_survives_its_process(sqlite_url: str, tmp_path: Path) -> None:
     """The process that paused exits; another approves; a third finishes the run."""
     assert child("start", sqlite_url, tmp_path) == "PAUSED_AT_GATE"

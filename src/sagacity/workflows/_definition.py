@@ -166,7 +166,10 @@ def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
     start_call = _start_function(name, [s.name for s in stages], timeouts)
     start_call.__doc__ = declaration.description or f"A run of workflow {name!r}."
     start_call.__sagacity_tool__ = ToolDeclaration(  # type: ignore[attr-defined]
-        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=name
+        by=nothing_to_undo,
+        reversibility=Reversibility.REVERSIBLE,
+        name=name,
+        compensation_idempotent=True,  # an undo that does nothing is never in doubt
     )
     start = _journaled(sagacity, start_call, None, where)
     return WorkflowDefinition(
@@ -370,9 +373,13 @@ def _tool(
     """The stage's method as a journaled tool named `tool_name`."""
     call = _forwarding(method)
     # No @compensable: the stage declares no effect, so there is nothing to undo. It is
-    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything.
+    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything; a
+    # walk stopped inside that nothing runs it again rather than leave it in doubt.
     declaration = declaration_of(method) or ToolDeclaration(
-        by=nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=None
+        by=nothing_to_undo,
+        reversibility=Reversibility.REVERSIBLE,
+        name=None,
+        compensation_idempotent=True,
     )
     by = declaration.by
     if isinstance(by, str):
