@@ -237,6 +237,73 @@ class TestKilledAfterAnOutputWithNoJsonForm:
         assert verify(sagacity.journal, RUN).ok
 
 
+class TestKilledWhileAskingAtTheGate:
+    """Killed after the gate's AWAITING_APPROVAL entry, before its request was stored."""
+
+    POINT = "after:AWAITING_APPROVAL:wire"
+
+    def test_the_gate_read_from_the_journal_is_approved_and_the_run_completes(
+        self, sqlite_url: str, tmp_path: Path
+    ) -> None:
+        """The run shows the gate the journal records; approved, another process finishes it."""
+        kill_at("start", sqlite_url, tmp_path, self.POINT)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        (asked,) = [e for e in sagacity.history(RUN) if e.phase is Phase.AWAITING_APPROVAL]
+        assert sagacity.pending(RUN) == []  # the store write never happened
+        shown = runtime.get(RUN)
+        assert shown.status is WorkflowStatus.PAUSED_AT_GATE
+        assert shown.gate is not None
+        assert (shown.gate.stage_name, shown.gate.request_id, shown.gate.input_sha256) == (
+            "wire",
+            asked.payload["request_id"],
+            asked.payload["input_sha256"],
+        )
+        approved = runtime.approve_gate(RUN, "wire", "carol", sha256=shown.gate.input_sha256)
+        assert approved.status is WorkflowStatus.PAUSED_AT_GATE
+        assert [r.request_id for r in sagacity.pending(RUN)] == [asked.payload["request_id"]]
+        assert child("resume", sqlite_url, tmp_path) == "COMPLETED"
+        assert lines(tmp_path) == [RESERVED, WIRED, NOTIFIED]
+        history = sagacity.history(RUN)
+        assert [
+            (e.payload["approver"], e.ref_seq) for e in history if e.phase is Phase.APPROVED
+        ] == [("carol", asked.seq)]
+        assert [e.seq for e in history if e.phase is Phase.AWAITING_APPROVAL] == [asked.seq]
+        assert verify(sagacity.journal, RUN).ok
+
+    def test_resume_stores_the_request_again(self, sqlite_url: str, tmp_path: Path) -> None:
+        """`resume` pauses the run at the gate under its journaled request; none is asked anew."""
+        kill_at("start", sqlite_url, tmp_path, self.POINT)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        (asked,) = [e for e in sagacity.history(RUN) if e.phase is Phase.AWAITING_APPROVAL]
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.PAUSED_AT_GATE
+        (request,) = sagacity.pending(RUN)
+        assert (request.request_id, request.seq, request.input_sha256) == (
+            asked.payload["request_id"],
+            asked.seq,
+            asked.payload["input_sha256"],
+        )
+        assert [g.request_id for g in runtime.pending_gates(RUN)] == [request.request_id]
+        assert [e.seq for e in sagacity.history(RUN) if e.phase is Phase.AWAITING_APPROVAL] == [
+            asked.seq
+        ]
+        assert lines(tmp_path) == [RESERVED]
+
+    def test_the_lost_gate_can_be_rejected(self, sqlite_url: str, tmp_path: Path) -> None:
+        """Rejected without a resume: the run compensates and the wire is never sent."""
+        kill_at("start", sqlite_url, tmp_path, self.POINT)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.reject_gate(RUN, "wire", "dave", "not this one")
+        assert handle.status is WorkflowStatus.COMPENSATED
+        assert [(s.name, s.status.value) for s in handle.stages][:2] == [
+            ("reserve_funds", "COMPENSATED"),
+            ("wire", "REJECTED"),
+        ]
+        assert lines(tmp_path) == [RESERVED, "release res-A-17"]
+        assert sagacity.pending(RUN) == []
+        assert verify(sagacity.journal, RUN).ok
+
+
 class TestKilledInsideAnUndoThatDoesNothing:
     @pytest.mark.parametrize(
         ("action", "point", "effects"),

@@ -22,6 +22,7 @@ from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
 from sagacity._scope import run_coroutine
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._check import journaled_request
 from sagacity.errors import (
     ApprovalExpiredError,
     ApprovalMissingError,
@@ -212,6 +213,9 @@ class WorkflowRuntime:
         timeout passed is expired first). A run that failed but was not compensated (the
         process died on the way) is compensated now.
 
+        A gate whose request a crash kept from the approval store is stored again from
+        its journal entry.
+
         Raises:
             SagaNotFoundError: No run of a workflow registered here has this id.
             SagaBusyError: Another worker holds the run.
@@ -253,7 +257,7 @@ class WorkflowRuntime:
             SagaNotFoundError: No run of a workflow registered here has this id.
         """
         history = self._history(run_id)
-        return read_run(self._definition_of(history), history, self.sagacity.pending(run_id))
+        return self._read(self._definition_of(history), history, self.sagacity.pending(run_id))
 
     def list(self, status: WorkflowStatus | str | None = None) -> builtins.list[WorkflowHandle]:
         """The runs of the workflows registered here, oldest saga id first; or those in `status`.
@@ -271,7 +275,7 @@ class WorkflowRuntime:
                 definition = self._registered(history)
                 if definition is None:
                     continue
-                handle = read_run(definition, history, pending)
+                handle = self._read(definition, history, pending)
                 if wanted is None or handle.status is wanted:
                     found.append(handle)
             if len(page) < 200:
@@ -420,7 +424,7 @@ class WorkflowRuntime:
             # A stage another worker is running reads as in doubt (an INTENT, no outcome
             # yet): only a run nobody holds may be judged, so take its lease first.
             with self.sagacity.join(run_id):
-                pass
+                self._restore_gate(definition, self._history(run_id))
             history = self._history(run_id)
         start = history.latest_call[START_CALL]
         if start.outcome is None and history.ended is None:
@@ -441,6 +445,65 @@ class WorkflowRuntime:
             if _approved_late(self._history(run_id), declared, request):
                 return definition, self._expire(definition, declared, request)
         return definition, None
+
+    def _read(
+        self,
+        definition: WorkflowDefinition,
+        history: SagaHistory,
+        pending: builtins.list[ApprovalRequest],
+    ) -> WorkflowHandle:
+        """The run's handle; a gate whose request a crash kept from the store shows too."""
+        known = {r.request_id for r in pending}
+        lost = self._lost_requests(definition, history, known)
+        return read_run(definition, history, [*pending, *lost])
+
+    def _restore_gate(self, definition: WorkflowDefinition, history: SagaHistory) -> bool:
+        """Store again the request of a gate whose store write a crash lost; True if one was.
+
+        Call it holding the run's lease: nobody else asks, runs or consumes a gate
+        meanwhile.
+        """
+        lost = self._lost_requests(definition, history)
+        for request in lost:
+            self.sagacity.approvals.save(request)
+        return bool(lost)
+
+    def _lost_requests(
+        self,
+        definition: WorkflowDefinition,
+        history: SagaHistory,
+        known: frozenset[str] | set[str] = frozenset(),
+    ) -> builtins.list[ApprovalRequest]:
+        """The requests of gates that wait in the journal and are missing from the store.
+
+        A process killed between a gate's AWAITING_APPROVAL entry and its store write
+        leaves such a gate: nobody could approve or reject it. The entry records all of
+        the request (id, input, hash, reason, expiry, policy), which is rebuilt from it,
+        asked at the entry's `recorded_at`.
+        """
+        lost: builtins.list[ApprovalRequest] = []
+        if history.ended is not None:
+            return lost
+        for awaiting in history.open_requests():
+            call_id = awaiting.call_id or ""
+            if history.asked.get(call_id) is not awaiting:
+                continue  # asked again since: the later request is the gate's
+            declared = next((s for s in definition.stages if s.call_id == call_id), None)
+            if declared is None or awaiting.tool_name != declared.tool.name:
+                continue
+            request = journaled_request(history.saga_id, awaiting)
+            if request.request_id in known:
+                continue  # pending: stored
+            if self.sagacity.approvals.get(request.request_id) is None:
+                lost.append(request)
+        return lost
+
+    def _lost_gate(self, definition: WorkflowDefinition, history: SagaHistory) -> bool:
+        """Restore a lost gate request under the run's lease (see `_lost_requests`)."""
+        if not self._lost_requests(definition, history):
+            return False
+        with self.sagacity.join(history.saga_id):
+            return self._restore_gate(definition, self._history(history.saga_id))
 
     def _failed(self, definition: WorkflowDefinition, run_id: str) -> bool:
         return run_failed(self._history(run_id), builtins.list(self.get(run_id).stages))
@@ -486,6 +549,8 @@ class WorkflowRuntime:
         for request in self.sagacity.pending(run_id):
             if request.call_id == declared.call_id and request.tool_name == declared.tool.name:
                 return definition, declared, request
+        if self._lost_gate(definition, history):
+            return self._waiting(run_id, stage)
         raise ApprovalNotFoundError(
             f"run {run_id!r}: no gate waits before stage {stage!r} (the run is "
             f"{self.get(run_id).status.value})"
