@@ -76,6 +76,14 @@ class TestKilledWhileStarting:
         assert handle.status is WorkflowStatus.PAUSED_AT_GATE
         assert handle.current_stage == "wire"
         assert lines(tmp_path) == [RESERVED]  # reserve ran once, before or after the kill
+        # The start's result names the stages the run follows, even when resume settled it.
+        (started,) = [
+            e
+            for e in sagacity.history(RUN)
+            if e.phase is Phase.EXECUTED and e.call_id == "workflow"
+        ]
+        assert started.payload["result"]["workflow"] == "refund-request"
+        assert started.payload["result"]["stages"] == ["reserve_funds", "wire", "notify"]
         assert verify(sagacity.journal, RUN).ok
         # Approved from a third process, finished from this one.
         assert child("approve", sqlite_url, tmp_path) == "PAUSED_AT_GATE"

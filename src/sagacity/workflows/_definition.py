@@ -115,6 +115,16 @@ class WorkflowDefinition:
         )
 
     @property
+    def stage_names(self) -> list[str]:
+        """Its stages' names, in the order they run: what a run's start records."""
+        return [s.name for s in self.stages]
+
+    @property
+    def start_result(self) -> Any:
+        """What a run's start returns, and its EXECUTED entry records: the stages and more."""
+        return self.start.func(None)
+
+    @property
     def is_async(self) -> bool:
         """Whether a stage or a check is async: the run is then driven by an event loop."""
         return any(

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from sagacity._history import SagaHistory
+from sagacity._history import SagaHistory, payload_of
 from sagacity._ids import require_id, require_name
 from sagacity._scope import run_coroutine
 from sagacity.approval import ApprovalRequest
@@ -29,6 +29,7 @@ from sagacity.errors import (
     ApprovalNotFoundError,
     ConfigurationError,
     InDoubtError,
+    ReplayMismatchError,
     SagaBusyError,
     SagaNotFoundError,
     SagaStateError,
@@ -214,11 +215,14 @@ class WorkflowRuntime:
         process died on the way) is compensated now.
 
         A gate whose request a crash kept from the approval store is stored again from
-        its journal entry.
+        its journal entry. The stages registered here must be those the run was started
+        with, by name and in order (their bodies and order numbers may differ).
 
         Raises:
             SagaNotFoundError: No run of a workflow registered here has this id.
             SagaBusyError: Another worker holds the run.
+            ReplayMismatchError: The workflow registered here has other stages than the
+                run was started with; nothing was run.
         """
         definition, handle = self._resumable(run_id)
         if handle is not None:
@@ -421,6 +425,7 @@ class WorkflowRuntime:
         history = self._history(run_id)
         definition = self._definition_of(history)
         if history.ended is None:
+            _refuse_other_stages(definition, history)
             # A stage another worker is running reads as in doubt (an INTENT, no outcome
             # yet): only a run nobody holds may be judged, so take its lease first.
             with self.sagacity.join(run_id):
@@ -428,8 +433,15 @@ class WorkflowRuntime:
             history = self._history(run_id)
         start = history.latest_call[START_CALL]
         if start.outcome is None and history.ended is None:
-            # The start call records the input and has no effect: it ran.
-            self.sagacity.resolve(run_id, START_CALL, executed=True, by="sagacity.workflows")
+            # The start call records the input and has no effect: it ran. Its result names
+            # the stages the run follows from now on: those of this definition.
+            self.sagacity.resolve(
+                run_id,
+                START_CALL,
+                executed=True,
+                result=definition.start_result,
+                by="sagacity.workflows",
+            )
         handle = self.get(run_id)
         if handle.status in _ENDED or handle.status is WorkflowStatus.NEEDS_ATTENTION:
             return definition, handle
@@ -575,6 +587,39 @@ class WorkflowRuntime:
             request_id=request.request_id,
         )
         return self.get(request.saga_id)
+
+
+def _refuse_other_stages(definition: WorkflowDefinition, history: SagaHistory) -> None:
+    """Refuse to go on with a definition whose stages are not those the run was started with.
+
+    The start's result names the run's stages in order; a stage inserted, removed,
+    renamed or moved since would run a stage the run never recorded (say, between a
+    gate's approval and the approved stage), or skip one. A run whose start has no
+    result yet has run no stage: it follows this definition.
+
+    Raises:
+        ReplayMismatchError: The stages differ; names the run and the first difference.
+    """
+    start = history.latest_call.get(START_CALL)
+    if start is None or start.outcome is None or not start.executed:
+        return
+    recorded = payload_of(start.outcome).get("result")
+    stages = recorded.get("stages") if isinstance(recorded, dict) else None
+    if not isinstance(stages, builtins.list) or stages == definition.stage_names:
+        return
+    here = definition.stage_names
+    at = next(
+        (i for i, (was, now) in enumerate(zip(stages, here, strict=False)) if was != now),
+        min(len(stages), len(here)),
+    )
+    was = repr(stages[at]) if at < len(stages) else "no stage"
+    now = repr(here[at]) if at < len(here) else "no stage"
+    raise ReplayMismatchError(
+        f"run {history.saga_id!r} of workflow {definition.name!r} was started with the "
+        f"stages {stages}, but the workflow registered here has {here}: stage {at + 1} of the "
+        f"run is {was}, here it is {now}. Nothing was run; resume the run where the "
+        "definition it was started with is registered"
+    )
 
 
 def _refuse_in_loop(what: str, instead: str) -> None:
