@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import http.server
@@ -17,6 +18,9 @@ from sagacity import Sagacity, SagaOutcome
 from sagacity.server import WebhookNotifier
 from tests.server._bank import Bank, start_wire
 
+KEY = b"s3cret-key-of-32-bytes-exactly!!"
+SECRET = "whsec_" + base64.b64encode(KEY).decode()
+
 
 class _Receiver(http.server.BaseHTTPRequestHandler):
     received: list[tuple[dict[str, str], bytes]]
@@ -27,7 +31,8 @@ class _Receiver(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if self.hang is not None:
             self.hang.wait(30)
-        self.received.append((dict(self.headers), body))
+        # Header names are case-insensitive: keep them lowercase, as the spec writes them.
+        self.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
         status = self.answers.pop(0) if self.answers else 204
         self.send_response(status)
         self.send_header("Content-Length", "0")
@@ -90,8 +95,8 @@ def _sagacity(db_url: str, bank: Bank, notifier: WebhookNotifier) -> Sagacity:
 
 
 def test_the_receiver_gets_the_request_signed(db_url: str, bank: Bank, receiver: Receiver) -> None:
-    """The body is the request's JSON; X-Sagacity-Signature is HMAC-SHA256 of it."""
-    notifier = WebhookNotifier(receiver.url, "s3cret", backoff=0.01)
+    """The body is the request's JSON; webhook-signature is HMAC-SHA256 of id.timestamp.body."""
+    notifier = WebhookNotifier(receiver.url, SECRET, backoff=0.01)
     sagacity = _sagacity(db_url, bank, notifier)
     try:
         start_wire(sagacity, bank, "hook-1", amount="42")
@@ -100,9 +105,11 @@ def test_the_receiver_gets_the_request_signed(db_url: str, bank: Bank, receiver:
         notifier.close()
         sagacity.close()
     headers, body = receiver.received[0]
-    expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(headers["X-Sagacity-Signature"], expected)
-    assert headers["X-Sagacity-Event"] == "approval.requested"
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    digest = hmac.new(KEY, signed, hashlib.sha256).digest()
+    expected = "v1," + base64.b64encode(digest).decode()
+    assert hmac.compare_digest(headers["webhook-signature"], expected)
+    assert headers["x-sagacity-event"] == "approval.requested"
     sent = json.loads(body)
     assert sent["saga_id"] == "hook-1"
     assert sent["tool_name"] == "wire"
@@ -113,7 +120,7 @@ def test_the_receiver_gets_the_request_signed(db_url: str, bank: Bank, receiver:
 def test_failures_are_retried_with_the_same_delivery_id(db_url: str, bank: Bank) -> None:
     """Two 503 answers, then 200: delivered on the third attempt, one delivery id."""
     receiver = Receiver(answers=[503, 503, 200])
-    notifier = WebhookNotifier(receiver.url, "k", retries=3, backoff=0.01)
+    notifier = WebhookNotifier(receiver.url, SECRET, retries=3, backoff=0.01)
     sagacity = _sagacity(db_url, bank, notifier)
     try:
         start_wire(sagacity, bank, "hook-2")
@@ -125,7 +132,7 @@ def test_failures_are_retried_with_the_same_delivery_id(db_url: str, bank: Bank)
         notifier.close()
         sagacity.close()
         receiver.close()
-    ids = {headers["X-Sagacity-Delivery"] for headers, _ in receiver.received}
+    ids = {headers["webhook-id"] for headers, _ in receiver.received}
     assert len(receiver.received) == 3
     assert len(ids) == 1
     assert notifier.delivered == 1
@@ -135,7 +142,7 @@ def test_failures_are_retried_with_the_same_delivery_id(db_url: str, bank: Bank)
 def test_a_hanging_webhook_does_not_delay_the_call(db_url: str, bank: Bank) -> None:
     """While the receiver hangs, the saga still returns AWAITING_APPROVAL at once."""
     receiver = Receiver(hang=True)
-    notifier = WebhookNotifier(receiver.url, "k", timeout=20, retries=0)
+    notifier = WebhookNotifier(receiver.url, SECRET, timeout=20, retries=0)
     sagacity = _sagacity(db_url, bank, notifier)
     try:
         started = time.monotonic()
@@ -156,7 +163,9 @@ def test_a_hanging_webhook_does_not_delay_the_call(db_url: str, bank: Bank) -> N
 
 def test_a_dead_webhook_fails_nothing(db_url: str, bank: Bank) -> None:
     """Nothing listens on the URL: the saga waits for approval as usual; the failure is counted."""
-    notifier = WebhookNotifier("http://127.0.0.1:9/hook", "k", retries=1, backoff=0.01, timeout=1)
+    notifier = WebhookNotifier(
+        "http://127.0.0.1:9/hook", SECRET, retries=1, backoff=0.01, timeout=1
+    )
     sagacity = _sagacity(db_url, bank, notifier)
     try:
         result = start_wire(sagacity, bank, "hook-5")
@@ -174,7 +183,7 @@ def test_a_dead_webhook_fails_nothing(db_url: str, bank: Bank) -> None:
 def test_a_full_queue_drops_and_never_blocks(db_url: str, bank: Bank) -> None:
     """With a hanging receiver and a queue of one, extra notifications are dropped at once."""
     receiver = Receiver(hang=True)
-    notifier = WebhookNotifier(receiver.url, "k", timeout=20, retries=0, queue_size=1)
+    notifier = WebhookNotifier(receiver.url, SECRET, timeout=20, retries=0, queue_size=1)
     sagacity = _sagacity(db_url, bank, notifier)
     try:
         started = time.monotonic()
@@ -194,6 +203,6 @@ def test_bad_settings_are_refused() -> None:
     from sagacity.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="http"):
-        WebhookNotifier("file:///etc/passwd", "k")
+        WebhookNotifier("file:///etc/passwd", SECRET)
     with pytest.raises(ConfigurationError, match="secret"):
         WebhookNotifier("http://127.0.0.1/", "")

@@ -2,23 +2,34 @@
 
 `WebhookNotifier` is an `on_approval_request` hook. Calling it only puts the request on
 a bounded queue and returns; one background thread POSTs each request's JSON
-(`ApprovalRequest.to_json()`) to the URL with::
+(`ApprovalRequest.to_json()`) to the URL, signed as Standard Webhooks
+(https://www.standardwebhooks.com) specifies::
 
     Content-Type: application/json
+    webhook-id: msg_<the request id: the same on every retry>
+    webhook-timestamp: <Unix seconds of this attempt>
+    webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">
     X-Sagacity-Event: approval.requested
-    X-Sagacity-Delivery: <a random id, the same on every retry of one delivery>
-    X-Sagacity-Signature: sha256=<hex HMAC-SHA256 of the exact body, keyed by the secret>
 
-A delivery that fails (a connection error, a timeout, a status other than 2xx) is
-retried `retries` times, waiting `backoff`, then twice that, and so on (capped at 60 s).
-A slow or dead receiver therefore delays only other notifications, never a tool call;
-when the queue is full a notification is dropped and logged (the request itself is in
-the journal and the store, and `GET /sagacity/approvals` lists it).
+The secret is the spec's `whsec_` and the base64 of the key, so any Standard Webhooks
+library verifies a delivery; the timestamp lets a receiver refuse an old one, and the
+id a replayed one.
+
+A delivery that fails (a connection error, a timeout, any status other than 2xx: a
+redirect is not followed, it is a failed delivery) is retried `retries` times, waiting
+`backoff`, then twice that, and so on (capped at 60 s); then it is given up with an
+ERROR log naming the event, saga and request. A slow or dead receiver therefore delays
+only other notifications, never a tool call; when the queue is full a notification is
+dropped and logged (the request itself is in the journal and the store, and
+`GET /sagacity/approvals` lists it).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -27,7 +38,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import uuid
 
 import orjson
 
@@ -38,12 +48,60 @@ __all__ = ["WebhookNotifier", "sign_body"]
 
 _log = logging.getLogger("sagacity.server.webhook")
 _STOP = object()
+_EVENT = "approval.requested"
+_SECRET_PREFIX = "whsec_"
 
 
-def sign_body(secret: str | bytes, body: bytes) -> str:
-    """The `X-Sagacity-Signature` value of `body`: `sha256=` and the HMAC's hex digest."""
-    key = secret.encode("utf-8") if isinstance(secret, str) else secret
-    return "sha256=" + hmac.new(key, body, hashlib.sha256).hexdigest()
+def _key_of(secret: str | bytes) -> bytes:
+    """The HMAC key of a Standard Webhooks secret (`whsec_` + base64), or raw key bytes."""
+    if isinstance(secret, bytes):
+        key = secret
+    elif secret.startswith(_SECRET_PREFIX):
+        try:
+            key = base64.b64decode(secret[len(_SECRET_PREFIX) :], validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise ConfigurationError(
+                f"webhook secret {secret[:10]}…: the part after 'whsec_' is not base64 ({error})"
+            ) from None
+    else:
+        raise ConfigurationError(
+            "a webhook secret is 'whsec_' and the base64 of the key, as Standard Webhooks "
+            "specifies (make one with: 'whsec_' + base64.b64encode(os.urandom(32)).decode()); "
+            "pass raw key bytes to use a key of your own"
+        )
+    if not key:
+        raise ConfigurationError("a webhook needs a non-empty secret to sign its bodies")
+    return key
+
+
+def sign_body(secret: str | bytes, body: bytes, *, webhook_id: str, timestamp: int) -> str:
+    """The `webhook-signature` of a delivery: `v1,` and the base64 HMAC-SHA256.
+
+    Signed is `{webhook_id}.{timestamp}.{body}`, keyed by the secret (`whsec_` + base64 of
+    the key, or the key's bytes), as Standard Webhooks specifies.
+    """
+    signed = f"{webhook_id}.{timestamp}.".encode() + body
+    digest = hmac.new(_key_of(secret), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is answered as it is (a failed delivery): the body goes to the URL configured."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Delivery:
+    webhook_id: str
+    saga_id: str
+    request_id: str
+    tool_name: str
+    body: bytes
 
 
 class WebhookNotifier:
@@ -51,7 +109,8 @@ class WebhookNotifier:
 
     Args:
         url: Where to POST (http or https).
-        secret: The HMAC-SHA256 key the receiver verifies the signature with.
+        secret: The Standard Webhooks secret, `whsec_` and the base64 of the HMAC-SHA256
+            key the receiver verifies the signature with (or the key's raw bytes).
         retries: How many times a failed delivery is tried again.
         backoff: Seconds before the first retry; doubled for each next one (max 60 s).
         timeout: Seconds one POST may take before it counts as failed.
@@ -72,13 +131,14 @@ class WebhookNotifier:
             raise ConfigurationError(f"webhook URL {url!r} must be http:// or https://")
         if not secret:
             raise ConfigurationError("a webhook needs a non-empty secret to sign its bodies")
+        key = _key_of(secret)
         if retries < 0 or backoff < 0 or timeout <= 0 or queue_size < 1:
             raise ConfigurationError(
                 "webhook retries and backoff must not be negative, timeout and queue_size "
                 f"must be positive (got {retries}, {backoff}, {timeout}, {queue_size})"
             )
         self.url = url
-        self._secret = secret.encode("utf-8") if isinstance(secret, str) else secret
+        self._secret = key
         self.retries = retries
         self.backoff = backoff
         self.timeout = timeout
@@ -98,8 +158,14 @@ class WebhookNotifier:
             if self._closed.is_set():
                 _log.warning("webhook closed: request %s not sent", request.request_id)
                 return
-            body = orjson.dumps(request.to_json())
-            self._queue.put_nowait(body)
+            delivery = _Delivery(
+                webhook_id=f"msg_{request.request_id}",
+                saga_id=request.saga_id,
+                request_id=request.request_id,
+                tool_name=request.tool_name,
+                body=orjson.dumps(request.to_json()),
+            )
+            self._queue.put_nowait(delivery)
         except queue.Full:
             self._failed()
             _log.warning(
@@ -136,19 +202,13 @@ class WebhookNotifier:
             item = self._queue.get()
             if item is _STOP:
                 return
-            assert isinstance(item, bytes)
+            assert isinstance(item, _Delivery)
             self._deliver(item)
 
-    def _deliver(self, body: bytes) -> None:
-        delivery = uuid.uuid4().hex
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "sagacity-webhook",
-            "X-Sagacity-Event": "approval.requested",
-            "X-Sagacity-Delivery": delivery,
-            "X-Sagacity-Signature": sign_body(self._secret, body),
-        }
+    def _deliver(self, delivery: _Delivery) -> None:
         wait = self.backoff
+        attempts = 0
+        problem = "not attempted"
         for attempt in range(self.retries + 1):
             if attempt:
                 # While closing, a dead receiver must not hold the process for minutes.
@@ -156,23 +216,59 @@ class WebhookNotifier:
                     break
                 time.sleep(min(wait, 60.0))
                 wait *= 2
-            try:
-                post = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-                with urllib.request.urlopen(post, timeout=self.timeout) as answer:
-                    if 200 <= answer.status < 300:
-                        self.delivered += 1
-                        return
-                    problem = f"HTTP {answer.status}"
-            except urllib.error.HTTPError as error:
-                problem = f"HTTP {error.code}"
-            except Exception as error:  # network errors of every kind: retried
-                problem = f"{type(error).__name__}: {error}"
+            attempts += 1
+            problem = self._attempt(delivery)
+            if not problem:
+                with self._count:
+                    self.delivered += 1
+                return
             _log.warning(
-                "webhook %s delivery %s attempt %d failed: %s",
+                "webhook %s: %s of saga %r request %s, attempt %d failed: %s",
                 self.url,
-                delivery,
-                attempt + 1,
+                _EVENT,
+                delivery.saga_id,
+                delivery.request_id,
+                attempts,
                 problem,
             )
         self._failed()
-        _log.error("webhook %s: gave up on delivery %s", self.url, delivery)
+        _log.error(
+            "webhook %s: gave up on %s of saga %r request %s (tool %r, %s) after %d "
+            "attempt(s); last: %s. The request is pending: GET /sagacity/approvals lists it",
+            self.url,
+            _EVENT,
+            delivery.saga_id,
+            delivery.request_id,
+            delivery.tool_name,
+            delivery.webhook_id,
+            attempts,
+            problem,
+        )
+
+    def _attempt(self, delivery: _Delivery) -> str:
+        """POST once, signed now; the problem, or "" when the receiver answered 2xx."""
+        timestamp = int(time.time())
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "sagacity-webhook",
+            "webhook-id": delivery.webhook_id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign_body(
+                self._secret, delivery.body, webhook_id=delivery.webhook_id, timestamp=timestamp
+            ),
+            "X-Sagacity-Event": _EVENT,
+        }
+        post = urllib.request.Request(self.url, data=delivery.body, headers=headers, method="POST")
+        try:
+            with _OPENER.open(post, timeout=self.timeout) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as error:
+            status = error.code
+            error.close()
+        except Exception as error:  # network errors of every kind: retried
+            return f"{type(error).__name__}: {error}"
+        if 200 <= status < 300:
+            return ""
+        if 300 <= status < 400:
+            return f"HTTP {status}: a redirect is not followed, the webhook URL must answer 2xx"
+        return f"HTTP {status}"
