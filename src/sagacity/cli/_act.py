@@ -72,7 +72,6 @@ def approve(args: argparse.Namespace) -> int:
         )
     sys.stdout.write(
         f"saga {args.saga!r}: APPROVED at seq {entry.seq} by {approver}\n"
-        f"  request {request.request_id}\n"
         f"  tool    {visible(request.tool_name)}\n"
         f"  input   {input_line(request.input)}\n"
         f"  sha256  {request.input_sha256}\n"
