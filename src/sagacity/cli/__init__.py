@@ -58,13 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help_text: str, *, json: bool = False) -> argparse.ArgumentParser:
+    def command(
+        name: str, help_text: str, *, json: bool = False, signed: bool = False
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
         sub.add_argument("--database", metavar="URL", help=_DATABASE_HELP)
         if json:
             sub.add_argument(
                 "--json", action="store_true", help="print JSON (see docs/cli.md for its shape)"
             )
+        if signed:
+            _signed_approval_options(sub)
         return sub
 
     demo = command("demo", "run the order and wire-transfer demo on a demo SQLite file")
@@ -86,11 +90,15 @@ def _parser() -> argparse.ArgumentParser:
     sagas.add_argument("--since", help="only sagas active since: 90m, 2h, 7d, or an ISO time")
     sagas.add_argument("--limit", type=int, help="at most this many sagas")
 
-    show = command("show", "print a saga's journal with times and its outcome", json=True)
+    show = command(
+        "show", "print a saga's journal with times and its outcome", json=True, signed=True
+    )
     show.add_argument("saga")
     show.add_argument("--payloads", action="store_true", help="print each entry's payload")
 
-    verify = command("verify", "recompute every hash and link; exit 1 on any problem", json=True)
+    verify = command(
+        "verify", "recompute every hash and link; exit 1 on any problem", json=True, signed=True
+    )
     verify.add_argument("--saga", help="verify one saga only")
     verify.add_argument("--checkpoint", metavar="FILE", help="a signed checkpoint to check against")
     verify.add_argument("--public-key", metavar="FILE", help="the PEM key that signed it")
@@ -100,13 +108,22 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--saga", help="export one saga only")
     export.add_argument("--output", "-o", help="file to write (default: standard output)")
 
-    pending = command("pending", "list approval requests waiting for a human", json=True)
+    pending = command(
+        "pending", "list approval requests waiting for a human", json=True, signed=True
+    )
     pending.add_argument("--saga", help="only this saga's requests")
 
     doubts = command("doubts", "list calls and compensations in doubt, across sagas", json=True)
     del doubts
 
-    approve = command("approve", "approve a pending request; the approver is recorded")
+    approve = command("approve", "approve a pending request; the approver is recorded", signed=True)
+    approve.add_argument(
+        "--key",
+        dest="approval_key",
+        metavar="FILE",
+        help="the Ed25519 private key (PEM) that signs the approval; default: "
+        "SAGACITY_APPROVAL_KEY",
+    )
     approve.add_argument("saga")
     approve.add_argument("--approver", required=True, help="who approves (not empty)")
     approve.add_argument("--request-id", help="which request, if the saga has several")
@@ -114,18 +131,18 @@ def _parser() -> argparse.ArgumentParser:
         "--sha256", help="the whole input hash you reviewed (any case); refused if it changed"
     )
 
-    reject = command("reject", "reject a pending request and compensate the saga")
+    reject = command("reject", "reject a pending request and compensate the saga", signed=True)
     reject.add_argument("saga")
     reject.add_argument("--approver", required=True, help="who rejects (not empty)")
     reject.add_argument("--reason", required=True, help="why, recorded in the journal")
     reject.add_argument("--request-id", help="which request, if the saga has several")
     _tools_option(reject, required=False)
 
-    compensate = command("compensate", "run a saga's compensations (again)")
+    compensate = command("compensate", "run a saga's compensations (again)", signed=True)
     compensate.add_argument("saga")
     _tools_option(compensate, required=False)
 
-    resolve = command("resolve", "record whether an in-doubt call ran")
+    resolve = command("resolve", "record whether an in-doubt call ran", signed=True)
     resolve.add_argument("saga")
     resolve.add_argument("call_id", metavar="CALL_ID")
     finding = resolve.add_mutually_exclusive_group(required=True)
@@ -134,7 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     resolve.add_argument("--result", metavar="JSON", help="what it returned, as JSON")
     resolve.add_argument("--by", required=True, help="who found out (not empty)")
 
-    resume = command("resume", "run an approved call with its journaled input and end the saga")
+    resume = command(
+        "resume", "run an approved call with its journaled input and end the saga", signed=True
+    )
     resume.add_argument("saga")
     _tools_option(resume, required=True)
     resume.add_argument("--request-id", help="which request, if the saga has several")
@@ -161,11 +180,36 @@ def _parser() -> argparse.ArgumentParser:
         help="the PEM key that signed --previous, if not the --key (after a key change)",
     )
 
-    serve = command("serve", "run the approval server (extra 'server')")
+    serve = command("serve", "run the approval server (extra 'server')", signed=True)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument("--tokens", metavar="FILE", help="the API tokens file")
+    serve.add_argument(
+        "--key",
+        dest="approval_key",
+        metavar="FILE",
+        help="the Ed25519 private key (PEM) that signs the approvals made in the server; "
+        "default: SAGACITY_APPROVAL_KEY",
+    )
     return parser
+
+
+def _signed_approval_options(sub: argparse.ArgumentParser) -> None:
+    """The options of a deployment that requires signed approvals (docs/approval.md)."""
+    sub.add_argument(
+        "--approval-public-key",
+        metavar="FILE",
+        action="append",
+        help="a PEM public key whose approval signatures count (repeatable); default: the "
+        "files SAGACITY_APPROVAL_PUBLIC_KEYS lists",
+    )
+    sub.add_argument(
+        "--require-signed-approvals",
+        action="store_true",
+        default=False,
+        help="count only approvals signed with one of those keys; default: "
+        "SAGACITY_REQUIRE_SIGNED_APPROVALS",
+    )
 
 
 def _tools_option(sub: argparse.ArgumentParser, *, required: bool) -> None:

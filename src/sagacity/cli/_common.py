@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -70,11 +71,50 @@ def database_url(value: str | None) -> str:
     return value if "://" in value else f"sqlite:///{value}"
 
 
+def signed_approvals(args: argparse.Namespace) -> dict[str, Any]:
+    """The signed-approval options of `Sagacity(...)`: the command's, else the environment's.
+
+    Every command reads them, so each counts the approvals a worker counts. Only
+    `approve` signs (with `--key`); the others trust the signing key's public half.
+
+    Raises:
+        CliError: Signatures are required and `approve` has no key to sign with: its
+            approval would not count, so nothing is opened or written.
+    """
+    from sagacity.audit._settings import APPROVAL_KEY_VARIABLE, approval_settings, require_from
+
+    signs = hasattr(args, "approval_key")
+    required = getattr(args, "require_signed_approvals", False) or require_from(os.environ)
+    key = getattr(args, "approval_key", None) or os.environ.get(APPROVAL_KEY_VARIABLE)
+    if signs and required and not key:
+        raise CliError(
+            "approvals must be signed here (--require-signed-approvals or "
+            "SAGACITY_REQUIRE_SIGNED_APPROVALS), but no key signs this one: give --key FILE "
+            f"or set {APPROVAL_KEY_VARIABLE}. Nothing was approved"
+        )
+    return approval_settings(
+        signing_key=getattr(args, "approval_key", None),
+        public_keys=getattr(args, "approval_public_key", None),
+        require=required,
+        sign=signs,
+    )
+
+
 @contextlib.contextmanager
 def opened(args: argparse.Namespace, **options: Any) -> Iterator[Sagacity]:
-    """Open the database `--database` names, creating nothing; close it afterwards."""
+    """Open the database `--database` names, creating nothing; close it afterwards.
+
+    The Sagacity counts approvals as the command's signed-approval options (or the
+    environment) say: see `signed_approvals`.
+    """
+    options = {**signed_approvals(args), **options}
     journal, approvals = open_stores(database_url(args.database), create=False)
-    sagacity = Sagacity(journal, approvals, **options)
+    try:
+        sagacity = Sagacity(journal, approvals, **options)
+    except BaseException:
+        journal.close()
+        approvals.close()
+        raise
     try:
         yield sagacity
     finally:

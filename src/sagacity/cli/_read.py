@@ -7,16 +7,19 @@ import dataclasses
 import datetime
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 import orjson
 
 from sagacity._display import journal_table
-from sagacity._history import SagaHistory
+from sagacity._history import SagaHistory, payload_of
 from sagacity._summary import STATUSES as STATUS_SET
 from sagacity._summary import SagaSummary, iter_doubts, list_summaries, summary_of
+from sagacity.approval import ApprovalRequest
 from sagacity.audit import ChainHead, export_csv, export_jsonl, read_checkpoint, verify
+from sagacity.audit._approvals import NOT_COUNTED, unsigned_approvals
 from sagacity.cli._common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -32,7 +35,9 @@ from sagacity.cli._common import (
     require_saga,
 )
 from sagacity.cli._request_text import edit_lines, request_block, request_views
-from sagacity.errors import SagaNotFoundError
+from sagacity.errors import JournalError, SagaNotFoundError
+from sagacity.journal import JournalEntry
+from sagacity.saga import Sagacity
 
 __all__ = ["STATUSES", "doubts", "export", "pending", "sagas", "show", "verify_command"]
 
@@ -108,6 +113,7 @@ def show(args: argparse.Namespace) -> int:
     """`sagacity show SAGA`."""
     with opened(args) as sagacity:
         entries = sagacity.journal.entries(args.saga)
+        unsigned = unsigned_approvals(sagacity.approval.policy, args.saga, entries)
     if not entries:
         raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
     summary = summary_of(args.saga, entries)
@@ -118,6 +124,7 @@ def show(args: argparse.Namespace) -> int:
                 "saga_id": args.saga,
                 "status": summary.status,
                 "entries": [entry.to_json() for entry in history.entries],
+                "not_counted": [{"seq": seq, "reason": why} for seq, why in unsigned.items()],
             }
         )
         return EXIT_OK
@@ -136,14 +143,20 @@ def show(args: argparse.Namespace) -> int:
     lines = journal_table(history.entries)
     times = ["time", *(entry.recorded_at for entry in history.entries)]
     width = max(len(t) for t in times)
-    for stamp, line in zip(times, lines, strict=True):
-        sys.stdout.write(printable(f"{stamp.ljust(width)}  {line}") + "\n")
+    marks = ["", *(_not_counted(unsigned, entry.seq) for entry in history.entries)]
+    for stamp, line, mark in zip(times, lines, marks, strict=True):
+        sys.stdout.write(printable(f"{stamp.ljust(width)}  {line}{mark}") + "\n")
     if args.payloads:
         for entry in history.entries:
-            sys.stdout.write(
-                printable(f"{entry.seq}: {orjson.dumps(entry.payload).decode()}") + "\n"
-            )
+            payload = orjson.dumps(entry.payload).decode()
+            mark = _not_counted(unsigned, entry.seq)
+            sys.stdout.write(printable(f"{entry.seq}: {payload}{mark}") + "\n")
     return EXIT_OK
+
+
+def _not_counted(unsigned: dict[int, str], seq: int) -> str:
+    """`  unsigned: not counted (why)` for an approval that does not count; else empty."""
+    return f"  {NOT_COUNTED} ({unsigned[seq]})" if seq in unsigned else ""
 
 
 def verify_command(args: argparse.Namespace) -> int:
@@ -171,7 +184,13 @@ def verify_command(args: argparse.Namespace) -> int:
         if args.saga is not None and not recorded:
             require_saga(sagacity, args.saga)
         with progress("verifying", sagacity, args.saga) as advance:
-            report = verify(sagacity.journal, args.saga, heads=heads, progress=advance)
+            report = verify(
+                sagacity.journal,
+                args.saga,
+                heads=heads,
+                progress=advance,
+                approval_public_keys=sagacity.approval.policy.public_keys.values(),
+            )
     nothing = report.entries == 0 and not report.problems
     if args.json:
         emit_json(
@@ -240,16 +259,26 @@ def pending(args: argparse.Namespace) -> int:
         if args.saga is not None:
             require_saga(sagacity, args.saga)
         views = request_views(sagacity, sagacity.pending(args.saga))
+        uncounted = _uncounted(sagacity, [view.request for view in views])
         now = sagacity.now()
     if args.json:
         for view in views:
-            emit_json(view.to_json())
+            document = view.to_json()
+            document["not_counted"] = [
+                {"seq": seq, "reason": why}
+                for seq, why in uncounted.get(view.request.request_id, {}).items()
+            ]
+            emit_json(document)
         return EXIT_OK
     if views and sys.stdout.isatty():
         # A table squeezed to the terminal's width would cut the input and the hash an
         # approver must read whole: one block per request, long lines wrap.
         for number, view in enumerate(views):
             lines = request_block(view, now)
+            lines += [
+                f"  APPROVED at seq {seq}: {NOT_COUNTED} ({why})"
+                for seq, why in uncounted.get(view.request.request_id, {}).items()
+            ]
             sys.stdout.write(("\n" if number else "") + "\n".join(lines) + "\n")
         return EXIT_OK
     rows = []
@@ -264,6 +293,8 @@ def pending(args: argparse.Namespace) -> int:
             state += f" (not approvable: {request.problem})"
         if view.edits:
             state += f" (edited by {view.edits[-1].editor} at {view.edits[-1].edited_at})"
+        for seq in uncounted.get(request.request_id, {}):
+            state += f" (APPROVED at seq {seq}: {NOT_COUNTED})"
         expires = "never" if view.expires_at is None else view.expires_at.isoformat()
         if view.expires_at is not None and view.expires_at <= now:
             expires += " (expired)"
@@ -289,6 +320,37 @@ def pending(args: argparse.Namespace) -> int:
         for line in edit_lines(view.edits, "  "):
             sys.stdout.write(printable(f"request {view.request.request_id}: " + line) + "\n")
     return EXIT_OK
+
+
+def _uncounted(
+    sagacity: Sagacity, requests: Sequence[ApprovalRequest]
+) -> dict[str, dict[int, str]]:
+    """By request id: its APPROVED entries that do not count for their signature, with why.
+
+    Read only where signatures are required; a saga whose journal cannot be read is left
+    out (its requests show that problem already).
+    """
+    policy = sagacity.approval.policy
+    if not policy.require_signed:
+        return {}
+    journals: dict[str, list[JournalEntry]] = {}
+    found: dict[str, dict[int, str]] = {}
+    for request in requests:
+        if request.saga_id not in journals:
+            try:
+                journals[request.saga_id] = sagacity.journal.entries(request.saga_id)
+            except JournalError:
+                journals[request.saga_id] = []
+        answering = [
+            entry
+            for entry in journals[request.saga_id]
+            if entry.ref_seq == request.seq
+            and payload_of(entry).get("request_id") == request.request_id
+        ]
+        unsigned = unsigned_approvals(policy, request.saga_id, answering)
+        if unsigned:
+            found[request.request_id] = unsigned
+    return found
 
 
 def doubts(args: argparse.Namespace) -> int:

@@ -35,6 +35,12 @@ def serve(args: argparse.Namespace) -> int:
     if args.tokens is not None and not Path(args.tokens).is_file():
         raise CliError(f"--tokens {args.tokens}: no such file")
     server.serve(
-        database=database_url(args.database), host=args.host, port=args.port, tokens=args.tokens
+        database=database_url(args.database),
+        host=args.host,
+        port=args.port,
+        tokens=args.tokens,
+        approval_key=args.approval_key,
+        approval_public_keys=args.approval_public_key,
+        require_signed_approvals=args.require_signed_approvals,
     )
     return EXIT_OK

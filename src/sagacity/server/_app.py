@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from sagacity._stores import default_url
+from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import Authenticator, TokenAuth, bind
 from sagacity.server._errors import error_response
@@ -153,19 +154,45 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     tokens: str | os.PathLike[str] | None = None,
+    *,
+    approval_key: str | None = None,
+    approval_public_keys: Sequence[str] | None = None,
+    require_signed_approvals: bool = False,
 ) -> None:
     """Run `create_app` with uvicorn until interrupted (`sagacity serve`).
 
-    `SAGACITY_APPROVAL_KEY` may name an Ed25519 private key (PEM) to sign approvals with.
+    Args:
+        database: The database URL or SQLite path; None: `SAGACITY_DATABASE_URL`, else
+            `sqlite:///sagacity.db`.
+        host: The address to listen on.
+        port: The port to listen on.
+        tokens: The tokens file; None: `SAGACITY_TOKENS`.
+        approval_key: The Ed25519 private key (PEM) that signs the approvals made here;
+            None: `SAGACITY_APPROVAL_KEY`.
+        approval_public_keys: PEM public keys whose approval signatures count; None:
+            the files `SAGACITY_APPROVAL_PUBLIC_KEYS` lists.
+        require_signed_approvals: Count only approvals signed with one of those keys (or
+            the signing key); False leaves it to `SAGACITY_REQUIRE_SIGNED_APPROVALS`.
+
+    Raises:
+        ConfigurationError: A key cannot be loaded, or signatures are required and no
+            key signs the approvals made here: they would never count.
     """
     import uvicorn
 
-    options: dict[str, Any] = {}
-    key = os.environ.get("SAGACITY_APPROVAL_KEY")
-    if key:
-        from sagacity.audit._keys import load_private_key
+    from sagacity.audit._settings import APPROVAL_KEY_VARIABLE, approval_settings
 
-        options["approval_signing_key"] = load_private_key(key)
+    options = approval_settings(
+        signing_key=approval_key,
+        public_keys=approval_public_keys,
+        require=require_signed_approvals,
+    )
+    if options.get("require_signed_approvals") and "approval_signing_key" not in options:
+        raise ConfigurationError(
+            "the server requires signed approvals, but no key signs the approvals made in "
+            f"it, so none would count: set {APPROVAL_KEY_VARIABLE} (or --key) to the "
+            "approval service's private key"
+        )
     url = database if database is None or "://" in database else f"sqlite:///{database}"
     app = create_app(url, tokens=tokens, options=options)
     uvicorn.run(app, host=host, port=port)

@@ -312,7 +312,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 fully and flow is not None and flow.runtime is not None and principal.can(OPERATOR)
             ),
             resume_note=resume_note,
-            timeline=timeline(entries, highlight=pending.seq),
+            timeline=timeline(entries, highlight=pending.seq, policy=sagacity.approval.policy),
             events=events,
         )
         return inbox.finish(request, response)
@@ -477,7 +477,7 @@ def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
         ],
         "doubts": doubts,
         "can_compensate": status != "COMPLETED" and bool(entries),
-        "timeline": timeline(entries),
+        "timeline": timeline(entries, policy=sagacity.approval.policy),
         "error": read_error,
         "events": f"saga={quote(saga_id, safe='')}&v={inbox_version(items, entries)}",
     }

@@ -20,6 +20,8 @@ from sagacity._request_view import InputEdit, edits_of, gate_deadline
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._edit import started_workflow
+from sagacity.approval._policy import ApprovalPolicy
+from sagacity.audit._approvals import NOT_COUNTED, unsigned_approvals
 from sagacity.errors import SagaNotFoundError
 from sagacity.journal import JournalEntry, sha256_hex
 from sagacity.saga import Sagacity
@@ -395,8 +397,23 @@ class TimelineRow:
     highlight: bool
 
 
-def timeline(entries: list[JournalEntry], *, highlight: int | None = None) -> list[TimelineRow]:
-    """The saga's entries, oldest first, each with a one-line summary and its payload."""
+def timeline(
+    entries: list[JournalEntry],
+    *,
+    highlight: int | None = None,
+    policy: ApprovalPolicy | None = None,
+) -> list[TimelineRow]:
+    """The saga's entries, oldest first, each with a one-line summary and its payload.
+
+    Under a `policy` that requires signed approvals, an APPROVED entry whose signature
+    does not verify is summarised as `unsigned: not counted`, never as approved by the
+    name it carries.
+    """
+    unsigned = (
+        {}
+        if policy is None or not entries
+        else unsigned_approvals(policy, entries[0].saga_id, entries)
+    )
     return [
         TimelineRow(
             seq=entry.seq,
@@ -404,7 +421,11 @@ def timeline(entries: list[JournalEntry], *, highlight: int | None = None) -> li
             tool_name=None if entry.tool_name is None else visible(entry.tool_name),
             call_id=None if entry.call_id is None else visible(entry.call_id),
             recorded_at=entry.recorded_at,
-            summary=visible(_summary(entry)),
+            summary=visible(
+                f"{NOT_COUNTED} ({unsigned[entry.seq]})"
+                if entry.seq in unsigned
+                else _summary(entry)
+            ),
             payload="" if entry.payload is None else pretty_json(entry.payload),
             highlight=entry.seq == highlight,
         )
