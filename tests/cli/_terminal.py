@@ -40,10 +40,16 @@ class Terminal:
         os.write(self.master, line.encode() + b"\n")
 
     def finish(self) -> tuple[int, str]:
-        """Wait for the command to end: its exit status and everything it printed."""
+        """Wait for the command to end: its exit status and everything it printed.
+
+        A command still running (waiting for an answer) when the wait is over is killed:
+        its status is then negative, and the test fails on what it printed.
+        """
         deadline = time.monotonic() + _WAIT
         while self._read(max(0.0, deadline - time.monotonic())):
             pass
+        if self.process.poll() is None and time.monotonic() >= deadline:
+            self.process.kill()
         code = self.process.wait(timeout=_WAIT)
         os.close(self.master)
         return code, self.text()

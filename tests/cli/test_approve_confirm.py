@@ -155,3 +155,29 @@ class TestOnATerminal:
         assert '    amount: "980.00 EUR" -> "98000.00 EUR"\n' in shown
         assert f"    before: {before}\n" in shown
         assert '"amount": "98000.00 EUR",' in shown
+
+
+class TestTheEditor:
+    def test_the_editor_is_refused_before_being_asked(self, tmp_path: Path) -> None:
+        """Four eyes: alice, who edited the input, is told so at once; nothing is journaled."""
+        database = tmp_path / "s.db"
+        waiting_wire(database, amount="980.00 EUR")
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        try:
+            edited = sagacity.edit(
+                "w-1", approver="alice", new_input={"amount": "98000.00 EUR", "to": IBAN}
+            )
+        finally:
+            sagacity.close()
+        terminal = run_on_terminal(
+            "approve", "w-1", "--approver", "alice", "--database", str(database)
+        )
+        code, output = terminal.finish()
+        assert code == 2
+        assert "Type yes" not in output
+        assert output == (
+            f"sagacity approve: saga 'w-1': 'alice' edited the input of request "
+            f"{edited.request_id} for tool 'wire', so they cannot approve it; another "
+            "principal must approve it\n"
+        )
+        assert approvals(database) == []

@@ -15,7 +15,7 @@ import pytest
 
 from sagacity import Reversibility, Sagacity, compensable
 from sagacity.workflows import WorkflowRuntime, gate, stage, workflow
-from tests.cli._run import run_cli
+from tests.cli._run import restore_triggers_after, run_cli
 from tests.cli._terminal import run_on_terminal
 
 IBAN = "DE89 3704 0044 0532 0130 00"
@@ -168,3 +168,28 @@ class TestAGateExpires:
         code, shown = run_on_terminal("pending", "--database", str(database)).finish()
         assert code == 0, shown
         assert f"  expires  {deadline.isoformat()} (in " in shown
+
+
+class TestAnUnreadableSaga:
+    def test_a_gate_of_a_run_whose_journal_cannot_be_read_is_listed(self, tmp_path: Path) -> None:
+        """A row edited outside sagacity: the gate is listed as tampered, exit 0, no edits."""
+        database = tmp_path / "s.db"
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        try:
+            runtime = WorkflowRuntime(sagacity, workflows=[Payout])
+            run = runtime.start("payout", "120.00 EUR")
+        finally:
+            sagacity.close()
+        restore_triggers_after(
+            database,
+            f"UPDATE sagacity_journal SET phase = 'BOGUS' WHERE saga_id = '{run.run_id}' "
+            "AND seq = 3",
+        )
+        (document,) = pending_json(database)
+        assert document["tool_name"] == "payout.pay"
+        assert document["state"] == "tampered"
+        assert document["expires_at"] is None  # nothing can be read of its timeout
+        assert document["edits"] == []
+        code, shown = run_on_terminal("pending", "--database", str(database)).finish()
+        assert code == 0, shown
+        assert "  state    tampered, 0 of 1 approval; not approvable: saga " in shown

@@ -11,6 +11,7 @@ import orjson
 
 from sagacity._ids import require_name
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._policy import refuse_self_approval
 from sagacity.cli._common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -63,6 +64,7 @@ def approve(args: argparse.Namespace) -> int:
                 args.sha256, request.input_sha256, f"saga {args.saga!r}: --sha256"
             )
         else:
+            refuse_self_approval(request, approver)  # before asking: it would be refused
             expected = _confirmed(sagacity, request, approver)
         entry = sagacity.approve(
             args.saga,

@@ -17,6 +17,7 @@ from sagacity._request_view import InputEdit, edits_of, gate_deadline
 from sagacity._unicode import escape_for_display
 from sagacity.approval import ApprovalRequest
 from sagacity.cli._common import age
+from sagacity.errors import JournalError
 from sagacity.journal import JournalEntry, JsonValue
 from sagacity.saga import Sagacity
 
@@ -62,7 +63,10 @@ def request_views(sagacity: Sagacity, requests: Sequence[ApprovalRequest]) -> li
     for request in requests:
         needs_journal = request.edited_by is not None or "." in request.tool_name
         if needs_journal and request.saga_id not in entries:
-            entries[request.saga_id] = sagacity.journal.entries(request.saga_id)
+            try:
+                entries[request.saga_id] = sagacity.journal.entries(request.saga_id)
+            except JournalError:  # an unreadable saga: its requests say so already
+                entries[request.saga_id] = []
         journal = entries.get(request.saga_id, [])
         views.append(
             RequestView(
