@@ -177,16 +177,17 @@ class Call:
             raise
         return RUN, None
 
-    async def _anot_started(self, cancelled: asyncio.CancelledError) -> None:
+    async def _anot_started(self, cancelled: BaseException) -> None:
         """Journal FAILED `not_started` after a committed INTENT whose tool was not started.
 
         If that FAILED cannot be journaled, the INTENT stays in doubt: the saga is
         marked failed.
         """
+        payload: dict[str, JsonValue] = {"kind": NOT_STARTED, "error": error_json(cancelled)}
+        if self.attempt > 1:
+            payload["attempt"] = self.attempt
         try:
-            await self._aappend_outcome(
-                Phase.FAILED, {"kind": NOT_STARTED, "error": error_json(cancelled)}
-            )
+            await self._aappend_outcome(Phase.FAILED, payload)
         except CommittedThenCancelled:
             raise  # cancelled again: the FAILED is durable all the same
         except BaseException:
@@ -433,15 +434,48 @@ class Call:
         return self._retry_delay()
 
     async def aretry(self, error: BaseException) -> float | None:
-        """`retry` from async code: the loop awaits both appends."""
+        """`retry` from async code: the loop awaits both appends.
+
+        Cut short (a cancel, a journal error), there is no next attempt: the call failed
+        with `error`, and so does the saga. A next INTENT committed under a cancel is
+        answered by FAILED `not_started` (see `abackoff`).
+        """
         if not self._retries(error):
             return None
-        await self._aappend_outcome(Phase.FAILED, self._retried_payload(error))
-        self.attempt += 1
-        self.intent = await self.scope.aappend(
-            _INTENT, tool_name=self.tool.name, call_id=self.call_id, payload=self._retry_intent()
-        )
+        try:
+            await self._aappend_outcome(Phase.FAILED, self._retried_payload(error))
+            self.attempt += 1
+            self.intent = await self.scope.aappend(
+                _INTENT,
+                tool_name=self.tool.name,
+                call_id=self.call_id,
+                payload=self._retry_intent(),
+            )
+        except CommittedThenCancelled as cancelled:
+            self.scope.fail(error)
+            if cancelled.entry.phase is _INTENT:
+                self.intent = cancelled.entry
+                await self._anot_started(cancelled)
+            raise
+        except BaseException:
+            # The FAILED, or the INTENT after it, may be missing: in doubt either way.
+            self.scope.fail(error)
+            raise
         return self._retry_delay()
+
+    async def abackoff(self, wait: float, error: BaseException) -> None:
+        """Wait `wait` seconds before the next attempt, whose INTENT is journaled.
+
+        Cancelled meanwhile, that attempt never began: FAILED `not_started` says so,
+        journaled through any further cancel, and the saga fails with `error`, the last
+        attempt's, since no attempt of the call succeeded.
+        """
+        try:
+            await asyncio.sleep(wait)
+        except BaseException as cancelled:
+            self.scope.fail(error)
+            await self._anot_started(cancelled)
+            raise
 
     def _retries(self, error: BaseException) -> bool:
         policy = self.tool.retry

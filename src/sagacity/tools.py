@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import time
@@ -263,11 +262,12 @@ class SagaTool:
                         result = await result
                     break
                 except BaseException as error:
+                    failure = error
                     wait = await call.aretry(error)
                     if wait is None:
                         await call.afailed(error)
                         raise
-                await asyncio.sleep(wait)
+                await call.abackoff(wait, failure)
         finally:
             _call.reset(token)
         await call.aexecuted(result)
