@@ -437,12 +437,23 @@ def _summary(entry: JournalEntry) -> str:
     payload = payload_of(entry)
     phase = entry.phase.value
     parts: list[str] = []
+    if phase == "REJECTED" and isinstance(payload.get("edited_to"), str):
+        # The close of an edited request: no decision against the call, which now waits
+        # under the new request.
+        return (
+            f"request {payload.get('request_id')} closed: its input was edited by "
+            f"{payload.get('approver')}; the call now waits as request {payload['edited_to']}"
+        )
     if phase in ("APPROVED", "REJECTED") and isinstance(payload.get("approver"), str):
         parts.append(
             f"{'approved' if phase == 'APPROVED' else 'rejected'} by {payload['approver']}"
         )
     if phase == "AWAITING_APPROVAL" and isinstance(payload.get("request_id"), str):
         parts.append(f"request {payload['request_id']}")
+        if isinstance(payload.get("edited_by"), str):
+            parts.append(f"input edited by {payload['edited_by']}")
+        if isinstance(payload.get("replaces"), str):
+            parts.append(f"replaces request {payload['replaces']}")
     for key in ("reason", "error", "outcome", "resolved_by", "started_by"):
         value = payload.get(key)
         if isinstance(value, str) and value:

@@ -97,6 +97,18 @@ def test_an_edit_is_shown_with_its_diff_and_the_editor_cannot_approve(
     before = json.loads(diff.locator("pre.payload").inner_text())
     assert before == {"amount": "980.00 EUR", "to": IBAN}
     assert json.loads(ben.locator("#payload").inner_text())["amount"] == "98000.00 EUR"
+
+    # The journal's REJECTED of the old request reads as the edit it is, not a rejection.
+    closed = ben.locator("li.entry-REJECTED .summary")
+    assert closed.inner_text() == (
+        f"request {asked.request_id} closed: its input was edited by ada@treasury; the call "
+        f"now waits as request {edited.request_id}"
+    )
+    asked_again = ben.locator(f"li#seq-{edited.seq} .summary")
+    assert asked_again.inner_text() == (
+        f"request {edited.request_id}; input edited by ada@treasury; replaces request "
+        f"{asked.request_id}; reason: {edited.reason}"
+    )
     ben.click("#approve")
     ben.wait_for_selector("text=Approved")
     phases = [e.phase for e in sagacity.journal.entries("order-7731")]
