@@ -21,7 +21,7 @@ from sagacity.saga import Sagacity
 from sagacity.server._auth import Authenticator, TokenAuth, bind
 from sagacity.server._errors import error_response
 from sagacity.server._events import events_router
-from sagacity.server._routes import api_router
+from sagacity.server._routes import BodyLimit, api_router, max_body_bytes_of
 from sagacity.server._workflow_routes import workflow_router
 
 __all__ = ["create_app", "router", "serve"]
@@ -53,6 +53,7 @@ def router(
     tokens: str | os.PathLike[str] | None = None,
     poll_interval: float = 1.0,
     ui: bool | Mapping[str, Any] = True,
+    max_body_bytes: int | None = None,
 ) -> APIRouter:
     """The sagacity routes over `sagacity`, to include in your FastAPI app.
 
@@ -64,6 +65,8 @@ def router(
         poll_interval: Seconds between the event stream's looks at the stores.
         ui: Include the approval inbox at `/sagacity/ui`; a mapping is passed to its
             `ui_router(...)` as options (`session_lifetime`, `secure_cookies`, ...).
+        max_body_bytes: The largest body the JSON API reads (413 beyond); None reads
+            `SAGACITY_MAX_BODY_BYTES`, else 1 MiB.
 
     Raises:
         ConfigurationError: No `auth`, no `tokens` and no `SAGACITY_TOKENS`: the server
@@ -81,7 +84,10 @@ def router(
         sagacity.journal.list_sagas(limit=1)
         return Health(status="ok")
 
-    top.include_router(api_router(sagacity), prefix="/sagacity")
+    limit = max_body_bytes_of(max_body_bytes)
+    top.include_router(
+        api_router(sagacity, authenticator, max_body_bytes=limit), prefix="/sagacity"
+    )
     top.include_router(events_router(sagacity, poll_interval=poll_interval), prefix="/sagacity")
     top.include_router(workflow_router())
     if ui:
@@ -99,6 +105,7 @@ def create_app(
     options: Mapping[str, Any] | None = None,
     poll_interval: float = 1.0,
     ui: bool | Mapping[str, Any] = True,
+    max_body_bytes: int | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `router()`.
 
@@ -111,6 +118,8 @@ def create_app(
             signing keys, `approval_ttl`, ...).
         poll_interval: See `router`.
         ui: See `router`.
+        max_body_bytes: See `router`; the app holds every route to it (the inbox's
+            forms too).
     """
     owned = not isinstance(sagacity_or_url, Sagacity)
     if isinstance(sagacity_or_url, Sagacity):
@@ -127,7 +136,15 @@ def create_app(
                 sagacity.close()
 
     try:
-        routes = router(sagacity, auth, tokens=tokens, poll_interval=poll_interval, ui=ui)
+        limit = max_body_bytes_of(max_body_bytes)
+        routes = router(
+            sagacity,
+            auth,
+            tokens=tokens,
+            poll_interval=poll_interval,
+            ui=ui,
+            max_body_bytes=limit,
+        )
     except BaseException:
         if owned:
             sagacity.close()
@@ -138,6 +155,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.include_router(routes)
+    app.add_middleware(BodyLimit, max_body_bytes=limit)
     app.state.sagacity = sagacity
 
     # Outside any route (a path that matches none, a method it does not take), errors

@@ -40,6 +40,7 @@ _HTTP_NAMES = {
     404: "NotFound",
     405: "MethodNotAllowed",
     409: "Conflict",
+    413: "ContentTooLarge",
     422: "ValidationError",
     501: "NotImplemented",
     503: "Unavailable",
@@ -85,6 +86,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (403, "The principal lacks the route's role, or an approval check refused"),
         (404, "No such saga or approval request"),
         (409, "The saga or request is not in a state that allows this"),
+        (413, "The body is larger than the server's limit (max_body_bytes)"),
         (503, "The journal could not be read or written"),
     )
 }

@@ -10,17 +10,19 @@ from __future__ import annotations
 import csv
 import datetime
 import io
+import os
 import re
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.datastructures import Headers
 from starlette.routing import Match
-from starlette.types import Scope
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
@@ -35,8 +37,16 @@ from sagacity.errors import (
 )
 from sagacity.journal import JournalEntry
 from sagacity.saga import Sagacity
-from sagacity.server._auth import APPROVER, OPERATOR, VIEWER, Principal, require
-from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute
+from sagacity.server._auth import (
+    APPROVER,
+    OPERATOR,
+    VIEWER,
+    Authenticator,
+    Principal,
+    bind,
+    require,
+)
+from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute, error_response
 from sagacity.server._models import (
     ApprovalRequestModel,
     ApproveBody,
@@ -54,7 +64,27 @@ from sagacity.server._models import (
     VerificationModel,
 )
 
-__all__ = ["api_router"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit", "api_router", "limit_body", "max_body_bytes_of"]
+
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The largest request body read (1 MiB): far above any decision, edit or resolution."""
+
+MAX_BODY_VARIABLE = "SAGACITY_MAX_BODY_BYTES"
+
+
+def max_body_bytes_of(value: int | None) -> int:
+    """`value`, else `SAGACITY_MAX_BODY_BYTES`, else `DEFAULT_MAX_BODY_BYTES`."""
+    if value is None:
+        text = os.environ.get(MAX_BODY_VARIABLE, "").strip()
+        if not text:
+            return DEFAULT_MAX_BODY_BYTES
+        if not text.isdigit():
+            raise ConfigurationError(f"{MAX_BODY_VARIABLE}={text!r} is not a number of bytes")
+        value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"max_body_bytes must be a positive number, not {value!r}")
+    return value
+
 
 # What `require_id` accepts, said in the schema: printable, not blank, at most 512
 # characters (a client learns it from the OpenAPI document instead of from a 422).
@@ -102,8 +132,73 @@ def _segmented(scope: Scope) -> str:
     return path.replace("%", "%25")
 
 
+def _too_large(limit: int) -> HTTPException:
+    return HTTPException(
+        413, detail=f"the request body is larger than the server's limit of {limit} bytes"
+    )
+
+
+def declared_too_large(scope: Scope, limit: int) -> HTTPException | None:
+    """The 413 for a request whose `Content-Length` is over `limit` (or is not a number)."""
+    declared = Headers(scope=scope).get("content-length")
+    if declared is None:
+        return None
+    if not declared.strip().isdigit():
+        return HTTPException(400, detail=f"Content-Length {declared!r} is not a number")
+    return _too_large(limit) if int(declared) > limit else None
+
+
+def limit_body(receive: Receive, limit: int) -> Receive:
+    """`receive`, raising a 413 `HTTPException` once the body read passes `limit` bytes.
+
+    For a body sent without `Content-Length` (chunked): it is cut off as it arrives, so
+    no more than `limit` bytes are ever held.
+    """
+    read = 0
+
+    async def limited() -> Message:
+        nonlocal read
+        message = await receive()
+        if message["type"] == "http.request":
+            read += len(message.get("body", b""))
+            if read > limit:
+                raise _too_large(limit)
+        return message
+
+    return limited
+
+
+class BodyLimit:
+    """ASGI middleware: a body over `max_body_bytes` gets 413, declared or as it arrives."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        """Wrap `app`."""
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse on `Content-Length`, else read the body through `limit_body`."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = declared_too_large(scope, self.max_body_bytes)
+        if refusal is not None:
+            await error_response(refusal)(scope, receive, send)
+            return
+        await self.app(scope, limit_body(receive, self.max_body_bytes), send)
+
+
 class _IdRoute(SagacityRoute):
-    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path."""
+    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path.
+
+    Its request is authenticated, and its declared size checked, before its body is
+    read; the body is then read through `limit_body`. (FastAPI reads a body before it
+    solves a route's dependencies, `require` among them.)
+    """
+
+    authenticator: Authenticator | None = None
+    sagacity: Sagacity | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] != "http":
@@ -111,6 +206,26 @@ class _IdRoute(SagacityRoute):
         # A copy: the router goes on matching other routes against the real path.
         split: dict[str, Any] = {**scope, "path": _segmented(scope)}
         return super().matches(split)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or (self.methods and scope["method"] not in self.methods):
+            await super().handle(scope, receive, send)
+            return
+        refusal = None
+        if self.authenticator is not None and self.sagacity is not None:
+            request = Request(scope)
+            bind(self.authenticator, self.sagacity)(request)
+            try:
+                # Every route here needs a principal; the route's own role is checked
+                # after, by its dependency (the principal is cached on the request).
+                await require(VIEWER)(request)
+            except HTTPException as error:
+                refusal = error
+        refusal = refusal or declared_too_large(scope, self.max_body_bytes)
+        if refusal is not None:
+            await error_response(refusal)(scope, receive, send)
+            return
+        await super().handle(scope, limit_body(receive, self.max_body_bytes), send)
 
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
@@ -172,14 +287,32 @@ def _saga(saga_id: str) -> str:
     return require_id(saga_id, "saga id")
 
 
-def api_router(sagacity: Sagacity) -> APIRouter:
+def api_router(
+    sagacity: Sagacity,
+    authenticator: Authenticator | None = None,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> APIRouter:
     """The JSON routes over `sagacity`; `sagacity.server.router` adds auth binding.
+
+    With `authenticator`, a request without a principal is refused (401) before its
+    body is read, and a body over `max_body_bytes` gets 413 before it is parsed.
 
     Saga and call ids may hold `/` (a framework's ids often do): sent percent-encoded,
     each id is one segment of the raw path (`_IdRoute`), so no id can reach the route of
     another (`GET /sagas/Q%2Fverify` is saga `Q/verify`, never the verification of `Q`).
     """
-    api = APIRouter(route_class=_IdRoute, responses=ERROR_RESPONSES)
+    max_body_bytes = max_body_bytes_of(max_body_bytes)
+    route_class = type(
+        "SagacityApiRoute",
+        (_IdRoute,),
+        {
+            "authenticator": staticmethod(authenticator) if authenticator else None,
+            "sagacity": sagacity,
+            "max_body_bytes": max_body_bytes,
+        },
+    )
+    api = APIRouter(route_class=route_class, responses=ERROR_RESPONSES)
 
     @api.get("/sagas", response_model=SagaPage, tags=["sagas"])
     def list_sagas(
