@@ -695,7 +695,7 @@ class TestGatesAndTheirSiblings:
                         outcomes.append(type(cancelled).__name__)
 
             result = await sagacity.aresume_saga("x", work)
-            assert outcomes == ["CommittedThenCancelled", "[AWAITING_APPROVAL]"]
+            assert outcomes == ["CancelledError", "[AWAITING_APPROVAL]"]
             assert result.outcome is SagaOutcome.AWAITING_APPROVAL
             assert [(e.phase.name, e.call_id) for e in sagacity.history("x")] == [
                 ("AWAITING_APPROVAL", "w1"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
@@ -10,12 +11,14 @@ from typing import Any
 
 from sagacity._call import PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
+from sagacity._offloop import FinishedThenCancelled
 from sagacity._owner import SagaOwner
 from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
 from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError, NoSagaError, SerializationError
 from sagacity.journal import JournalEntry, JsonValue, to_json
+from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
 __all__ = [
     "ApprovalHandler",
@@ -26,6 +29,9 @@ __all__ = [
     "default_classifier",
 ]
 
+
+_JOURNALED_CANCELS = (AppendWithdrawn, CommittedThenCancelled, FinishedThenCancelled)
+"""The cancels sagacity raises once the journal holds what the cancelled call did."""
 
 ApprovalHandler = Callable[[ApprovalRequest], Any]
 """Called when a call must wait for approval: returns what the tool call returns, or
@@ -245,32 +251,38 @@ class SagaTool:
             outcome = self.func(*args, **kwargs)
             return await outcome if inspect.isawaitable(outcome) else outcome
         call = Call(self, scope, args, kwargs, call_id, deferred=True)
-        if call.refused is not None:
-            await scope.gate(call.refused)  # journals the refusal off the loop, and raises it
-        decision, value = await call.abegin()
-        if decision is REPLAY:
-            return value
-        if decision is PAUSE:
-            paused = (on_approval_needed or awaiting_approval_message)(value)
-            return await paused if inspect.isawaitable(paused) else paused
-        token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
         try:
-            while True:
-                try:
-                    result = self.func(*args, **kwargs)
-                    if inspect.isawaitable(result):
-                        result = await result
-                    break
-                except BaseException as error:
-                    failure = error
-                    wait = await call.aretry(error)
-                    if wait is None:
-                        await call.afailed(error)
-                        raise
-                await call.abackoff(wait, failure)
-        finally:
-            _call.reset(token)
-        await call.aexecuted(result)
+            if call.refused is not None:
+                await scope.gate(call.refused)  # journals the refusal off the loop, and raises it
+            decision, value = await call.abegin()
+            if decision is REPLAY:
+                return value
+            if decision is PAUSE:
+                paused = (on_approval_needed or awaiting_approval_message)(value)
+                return await paused if inspect.isawaitable(paused) else paused
+            token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
+            try:
+                while True:
+                    try:
+                        result = self.func(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            result = await result
+                        break
+                    except BaseException as error:
+                        failure = error
+                        wait = await call.aretry(error)
+                        if wait is None:
+                            await call.afailed(error)
+                            raise
+                    await call.abackoff(wait, failure)
+            finally:
+                _call.reset(token)
+            await call.aexecuted(result)
+        except _JOURNALED_CANCELS as cancelled:
+            # What the journal holds is recorded by now; the caller gets the plain cancel
+            # that Python 3.11's `asyncio.timeout` turns into its TimeoutError (it takes
+            # no subclass), with the message an anyio scope knows as its own.
+            raise asyncio.CancelledError(*cancelled.args) from cancelled
         return result
 
     def pending_approval(
