@@ -13,12 +13,17 @@ from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal._lease import SagaLease
 from sagacity.journal._protocol import append_async
 
-__all__ = ["NOT_STARTED", "CallState", "SagaHistory", "payload_of"]
+__all__ = ["NOT_RUN", "NOT_STARTED", "CallState", "SagaHistory", "payload_of"]
 
 OUTCOME_UNKNOWN = "outcome_unknown"
 NOT_STARTED = "not_started"
 """The FAILED kind of an approved call whose task was cancelled as its INTENT was
 journaled, before the tool started: it did not run, and its approval still stands."""
+NOT_RUN = "not_run"
+"""The FAILED kind `Sagacity.resolve(..., executed=False)` journals: a human found that
+the call in doubt did not run. An approved call's approval still stands."""
+_DID_NOT_RUN = (NOT_STARTED, NOT_RUN)
+"""FAILED kinds that say the call's INTENT had no effect: it did not spend an approval."""
 CONTROL_FLOW = "control_flow"
 RETRYABLE = "retryable"
 _MAY_HAVE_RUN = (OUTCOME_UNKNOWN, CONTROL_FLOW)
@@ -55,16 +60,12 @@ class CallState:
         return kind if isinstance(kind, str) else None
 
     @property
-    def not_started(self) -> bool:
-        """Cancelled before the tool started (FAILED `not_started`): the call did not run."""
-        return self.kind == NOT_STARTED
+    def did_not_run(self) -> bool:
+        """Known not to have run: FAILED `not_started` (cancelled first), or `not_run`.
 
-    def used_approval_at(self, seq: int) -> bool:
-        """Whether it used the approval of its request at `seq`: an INTENT after it.
-
-        Not a call cancelled before it started (FAILED `not_started`): its approval stands.
+        `not_run` is a human's finding on a call in doubt (`Sagacity.resolve`).
         """
-        return self.intent.seq > seq and not self.not_started
+        return self.kind in _DID_NOT_RUN
 
     @property
     def in_doubt(self) -> bool:
@@ -313,17 +314,36 @@ class SagaHistory:
     def approvals(self, awaiting_seq: int) -> list[JournalEntry]:
         return [d for d in self.decisions.get(awaiting_seq, ()) if d.phase is Phase.APPROVED]
 
+    def approval_spent(self, call_id: str | None, asked_seq: int) -> CallState | None:
+        """The attempt of call `call_id` that spent the approval asked at `asked_seq`, if any.
+
+        That is its first INTENT after the request whose call may have run: it ran, it
+        failed, or its outcome is unknown (in doubt, or resolved as executed). An INTENT
+        known not to have run (FAILED `not_started`, or resolved `not_run`) spends
+        nothing: the approval stands, and the next run runs the call.
+        """
+        if call_id is None or call_id not in self.latest_call:
+            return None  # the call never started: the common case, answered at once
+        return min(
+            (
+                call
+                for call in self.calls.values()
+                if call.intent.call_id == call_id
+                and call.intent.seq > asked_seq
+                and not call.did_not_run
+            ),
+            key=lambda call: call.intent.seq,
+            default=None,
+        )
+
     def open_requests(self) -> list[JournalEntry]:
-        """AWAITING_APPROVAL entries neither rejected nor followed by their call's run."""
-        found = []
-        for entry in self.awaiting.values():
-            if self.rejected(entry.seq) is not None:
-                continue
-            call = self.latest_call.get(entry.call_id or "")
-            if call is not None and call.used_approval_at(entry.seq):
-                continue
-            found.append(entry)
-        return found
+        """AWAITING_APPROVAL entries neither rejected nor spent by a run of their call."""
+        return [
+            entry
+            for entry in self.awaiting.values()
+            if self.rejected(entry.seq) is None
+            and self.approval_spent(entry.call_id, entry.seq) is None
+        ]
 
 
 def payload_of(entry: JournalEntry) -> dict[str, Any]:

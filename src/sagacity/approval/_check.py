@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
-from sagacity._history import SagaHistory, payload_of
+from sagacity._history import NOT_RUN, SagaHistory, payload_of
 from sagacity.approval._policy import (
     ApprovalPolicy,
     Counted,
@@ -132,12 +132,16 @@ def _approvals_of(request: ApprovalRequest, history: SagaHistory) -> list[Journa
 
 
 def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
-    """Refuse if the request was rejected, or its call started after it was asked.
+    """Refuse if the request was rejected, or a run of its call spent its approval.
+
+    An INTENT of the call after the request spends it unless the journal says that
+    attempt did not run: FAILED `not_started` (cancelled before the tool started), or
+    FAILED `not_run` (a human resolved it so). Resolved as executed, it is spent.
 
     Raises:
         ApprovalRejectedError: A REJECTED entry answers the request.
-        ApprovalAlreadyUsedError: The call's INTENT follows the request (and the call was
-            not cancelled before it started).
+        ApprovalAlreadyUsedError: An attempt of the call that may have run follows the
+            request.
     """
     saga, tool, rid = request.saga_id, request.tool_name, request.request_id
     rejected = history.rejected(request.seq)
@@ -147,12 +151,21 @@ def check_unused(request: ApprovalRequest, history: SagaHistory) -> None:
             f"saga {saga!r}: request {rid} for tool {tool!r} was rejected by {by!r}: "
             f"{payload_of(rejected).get('reason')}"
         )
-    call = history.latest_call.get(request.call_id)
-    if call is not None and call.used_approval_at(request.seq):
+    spent = history.approval_spent(request.call_id, request.seq)
+    if spent is None:
+        return
+    if spent.in_doubt:
         raise ApprovalAlreadyUsedError(
-            f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already "
-            f"ran (INTENT at seq {call.intent.seq}); an approval is used once"
+            f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already ran "
+            f"or may have (INTENT at seq {spent.intent.seq}, no outcome known); an approval is "
+            f"used once. If it did not run, record that with Sagacity.resolve({saga!r}, "
+            f"{request.call_id!r}, executed=False, by=...): the approval then stands for the "
+            "next run"
         )
+    raise ApprovalAlreadyUsedError(
+        f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} already "
+        f"ran (INTENT at seq {spent.intent.seq}); an approval is used once"
+    )
 
 
 def check_current(request: ApprovalRequest, history: SagaHistory) -> None:
@@ -193,13 +206,19 @@ def check_approved(
     check_unused(request, history)
     started = history.latest_call.get(request.call_id)
     if policy.require_signed and started is not None and started.intent.seq > request.seq:
-        # Unused only by its FAILED `not_started`, which nobody signs: under signed
-        # approvals, a row anyone with database access could append gives nothing back.
+        # Unused only by its FAILED `not_started` or `not_run`, which nobody signs: under
+        # signed approvals, a row anyone with database access could append gives nothing
+        # back.
+        said = (
+            f"a human ({payload_of(started.outcome).get('resolved_by')!r}) resolved it as not run"
+            if started.kind == NOT_RUN and started.outcome is not None
+            else "it was not started"
+        )
         raise ApprovalAlreadyUsedError(
             f"saga {saga!r}: the approved call {request.call_id!r} of tool {tool!r} has an "
-            f"INTENT at seq {started.intent.seq} whose FAILED says it was not started; "
-            "under require_signed_approvals that unsigned entry does not give the approval "
-            "back: reject the request, and run the call in a new saga"
+            f"INTENT at seq {started.intent.seq} whose FAILED says {said}; under "
+            "require_signed_approvals that unsigned entry does not give the approval back: "
+            "reject the request, and run the call in a new saga"
         )
     if input_sha256 != request.input_sha256:
         raise ApprovalHashMismatchError(
