@@ -43,6 +43,7 @@ import tomllib
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from fastapi import HTTPException, Request
 
@@ -62,6 +63,7 @@ __all__ = [
     "TokenAuth",
     "authenticate",
     "bind",
+    "cross_site",
     "hash_token",
     "new_token",
     "require",
@@ -301,15 +303,48 @@ async def authenticate(request: Request) -> Principal | None:
     return outcome
 
 
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def cross_site(request: Request) -> str | None:
+    """Why a request looks sent by a page of another site, or None.
+
+    A browser says so in `Sec-Fetch-Site`, or names the page's origin in `Origin`: an
+    origin whose host is not the request's `Host` is another site. A request with
+    neither header (a script, curl, an old browser) is not a browser's cross-site one.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):
+        return f"the browser says it was sent from another site ({site})"
+    origin = request.headers.get("origin")
+    if origin is not None and (
+        origin == "null" or urlsplit(origin).netloc != request.headers.get("host")
+    ):
+        return f"it was sent from another origin ({origin})"
+    return None
+
+
 def require(role: str) -> Callable[[Request], Awaitable[Principal]]:
     """A FastAPI dependency: the request's principal, which must hold `role`.
 
     No principal → 401 with `WWW-Authenticate: Bearer`; a principal without the role → 403.
+    A request that changes something (any method but GET, HEAD, OPTIONS) sent by a page
+    of another site is 403 too: behind an SSO proxy, the browser's cookie authenticates
+    whatever page makes it send the request, and `resume` or `compensate` need no body
+    that would make the browser ask first.
     """
     if role not in ROLES:
         raise ConfigurationError(f"require({role!r}): known roles are {sorted(ROLES)}")
 
     async def _principal(request: Request) -> Principal:
+        if request.method not in _SAFE_METHODS:
+            why = cross_site(request)
+            if why is not None:
+                raise HTTPException(
+                    403,
+                    detail=f"refused: {why}; the API takes changes from its own origin and "
+                    "from clients that are not browsers",
+                )
         principal = await authenticate(request)
         if principal is None:
             raise HTTPException(
