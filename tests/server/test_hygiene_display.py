@@ -1,7 +1,7 @@
-"""A right-to-left override in an id or an input is shown escaped on every page and terminal.
+r"""A right-to-left override in an id or an input is shown escaped on every page and terminal.
 
 `pay<U+202E>live-1` displays as `pay1-evil` raw: what an approver reads must be what
-is stored, so every page of the inbox and `sagacity pending` show `pay\\u202elive-1`.
+is stored, so every page of the inbox and `sagacity pending` show `pay\u202elive-1`.
 The forms still post the exact id back, so such a saga can still be operated.
 """
 
