@@ -32,14 +32,18 @@ from sagacity.approval._request import ApprovalRequest, ApprovalStore
 from sagacity.errors import (
     AppendConflictError,
     ApprovalAlreadyGivenError,
+    ApprovalAlreadyUsedError,
     ApprovalError,
     ApprovalExpiredError,
     ApprovalHashMismatchError,
+    ApprovalMissingError,
     ApprovalNotFoundError,
+    ApprovalRejectedError,
     ApprovalToolMismatchError,
     ConfigurationError,
     JournalError,
     SagaStateError,
+    SelfApprovalError,
 )
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, sha256_hex
 
@@ -306,8 +310,25 @@ class ApprovalLifecycle:
 
         Refused, with nothing journaled, for the saga's starter or the input's editor
         (`SelfApprovalError`), for an approver whose approval counts already, and once the
-        request has all the approvals it needs (`ApprovalAlreadyGivenError`).
+        request has all the approvals it needs (`ApprovalAlreadyGivenError`). Each refusal
+        is logged as a WARNING naming the saga, the approver and why: it leaves no entry.
         """
+        try:
+            return self._approve(
+                saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
+            )
+        except (ApprovalError, SagaStateError, ConfigurationError) as refusal:
+            _approval_refused(saga_id, approver, refusal)
+            raise
+
+    def _approve(
+        self,
+        saga_id: str,
+        *,
+        approver: str,
+        request_id: str | None,
+        expected_sha256: str | None,
+    ) -> JournalEntry:
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
             request = self._pending(history, request_id)
@@ -593,6 +614,32 @@ def explain_unusable(history: SagaHistory, request_id: str | None) -> None:
         check_unused(journaled_request(history.saga_id, awaiting), history)
         if request_id is None:
             return  # only the newest request says why the saga cannot resume
+
+
+_REFUSAL_REASONS: dict[type[Exception], str] = {
+    ApprovalNotFoundError: "request_not_found",
+    ApprovalMissingError: "request_changed",
+    ApprovalHashMismatchError: "hash_mismatch",
+    SelfApprovalError: "self_approval",
+    ApprovalAlreadyGivenError: "already_approved",
+    ApprovalAlreadyUsedError: "already_used",
+    ApprovalRejectedError: "rejected",
+    ApprovalExpiredError: "expired",
+    SagaStateError: "saga_ended",
+    ConfigurationError: "cannot_sign",
+    ApprovalError: "refused",
+}
+"""The `reason` a refused approval is logged with, by the refusal's class (or its base)."""
+
+
+def _approval_refused(saga_id: str, approver: str, refusal: Exception) -> None:
+    """Log a refused `approve` at WARNING: nothing is journaled, so the log is its trace."""
+    reason = next(
+        (_REFUSAL_REASONS[c] for c in type(refusal).__mro__ if c in _REFUSAL_REASONS), "refused"
+    )
+    _telemetry.logger.warning(
+        "saga %r: approval by %r refused (%s): %s", saga_id, approver, reason, refusal
+    )
 
 
 def _lost_races(saga_id: str, what: str) -> JournalError:
