@@ -193,3 +193,19 @@ class TestAnUnreadableSaga:
         code, shown = run_on_terminal("pending", "--database", str(database)).finish()
         assert code == 0, shown
         assert "  state    tampered, 0 of 1 approval; not approvable: saga " in shown
+
+
+class TestHiddenCharacters:
+    def test_a_bidi_override_in_the_input_is_shown_as_an_escape(self, tmp_path: Path) -> None:
+        r"""A right-to-left override that would reverse the IBAN on screen is shown as \u202e."""
+        database = tmp_path / "s.db"
+        sagacity = Sagacity.from_url(f"sqlite:///{database}")
+        try:
+            (tool,) = sagacity.wrap(wire)
+            sagacity.saga("w-1", lambda: tool(amount="10.00 EUR", to="\u202e00 0130"))
+        finally:
+            sagacity.close()
+        code, shown = run_on_terminal("pending", "--database", str(database)).finish()
+        assert code == 0, shown
+        assert '"to": "\\u202e00 0130"' in shown
+        assert "\u202e" not in shown
