@@ -457,7 +457,7 @@ class TestSagasPage:
         """The examples of docs/sagas.md run in order and their assertions hold."""
         page = Path(__file__).resolve().parent.parent / "docs" / "sagas.md"
         blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
-        assert len(blocks) == 5
+        assert len(blocks) == 6
         namespace: dict[str, Any] = {"__name__": "sagas_md"}
         for block in blocks:
             exec(compile(block, str(page), "exec"), namespace)

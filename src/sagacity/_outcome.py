@@ -17,7 +17,7 @@ from sagacity._classify import error_json
 from sagacity._history import SagaHistory
 from sagacity._scope import SagaScope
 from sagacity.approval import ApprovalLifecycle, ApprovalRequest
-from sagacity.compensation import CompensationReport, CompensationRunner
+from sagacity.compensation import CallRef, CompensationReport, CompensationRunner
 from sagacity.errors import (
     AppendConflictError,
     ApprovalError,
@@ -28,7 +28,7 @@ from sagacity.errors import (
     SagacityError,
     SagaStateError,
 )
-from sagacity.journal import Phase, SideEffectJournal
+from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
 
 __all__ = ["SagaEnding", "SagaOutcome", "SagaResult"]
 
@@ -49,8 +49,9 @@ class SagaOutcome(enum.Enum):
     COMPENSATION_FAILED = "COMPENSATION_FAILED"
     """A call failed and at least one compensation raised: the report says what is dirty."""
     NEEDS_ATTENTION = "NEEDS_ATTENTION"
-    """A call failed and another is in doubt (it may have run; nobody knows its result):
-    a human settles it with `Sagacity.resolve`, then `Sagacity.compensate` walks again."""
+    """A call failed and another is in doubt (it may have run; nobody knows its result),
+    or a call was still running when the run ended: a human settles it with
+    `Sagacity.resolve`, then `Sagacity.compensate` walks again."""
     AWAITING_APPROVAL = "AWAITING_APPROVAL"
     """An IRREVERSIBLE call waits for a human; the saga is open until it is resumed."""
     SUSPENDED = "SUSPENDED"
@@ -107,6 +108,54 @@ class SagaEnding:
         self._journal = journal
         self._approval = approval
         self._runner = runner
+
+    def resolve(
+        self, history: SagaHistory, call_id: str, *, executed: bool, result: Any, by: str
+    ) -> JournalEntry:
+        """Journal a human's finding on a call in doubt: it ran (with `result`) or not.
+
+        The finding is about the call, not one attempt: a call the framework retried under
+        one id, several attempts in doubt, is settled whole. It ran: its latest attempt
+        is EXECUTED (which answers the earlier ones). It did not: each attempt in doubt
+        is FAILED `not_run`. Returns the last entry journaled.
+        """
+        saga_id = history.saga_id
+        call = history.latest_call.get(call_id)
+        if call is None or not history.may_have_run(call):
+            raise SagaStateError(
+                f"saga {saga_id!r}: call {call_id!r} is not in doubt; only a call whose outcome "
+                "is unknown can be resolved"
+            )
+        if executed:
+            payload: Any = {
+                "result": to_json(result, where=f"saga {saga_id!r} call {call_id!r} result"),
+                "resolved_by": by,
+            }
+            return history.append(
+                self._journal,
+                Phase.EXECUTED,
+                tool_name=call.intent.tool_name,
+                call_id=call_id,
+                ref_seq=call.intent.seq,
+                payload=payload,
+            )
+        attempts = sorted(
+            (c for c in history.calls.values() if c.intent.call_id == call_id),
+            key=lambda c: c.intent.seq,
+        )
+        in_doubt = [c for c in attempts if history.may_have_run(c)]
+        entry = None
+        for attempt in in_doubt:
+            entry = history.append(
+                self._journal,
+                Phase.FAILED,
+                tool_name=attempt.intent.tool_name,
+                call_id=call_id,
+                ref_seq=attempt.intent.seq,
+                payload={"kind": "not_run", "error": None, "resolved_by": by},
+            )
+        assert entry is not None  # the latest attempt is in doubt
+        return entry
 
     def finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run whose work returned `value` or raised `error`."""
@@ -278,10 +327,16 @@ def _end_payload(
     if error is not None:
         payload["error"] = error_json(error)
     if report is not None:
-        payload["compensated"] = [ref.call_id for ref in report.compensated]
-        payload["compensation_failed"] = [ref.call_id for ref in report.failed]
-        payload["in_doubt"] = [ref.call_id for ref in report.in_doubt]
+        # Calls, not attempts: a call retried under one id is one call.
+        payload["compensated"] = _call_ids(report.compensated)
+        payload["compensation_failed"] = _call_ids(report.failed)
+        payload["in_doubt"] = _call_ids(report.in_doubt)
     return payload
+
+
+def _call_ids(refs: list[CallRef]) -> list[str]:
+    """The distinct call ids of `refs`, in their order."""
+    return list(dict.fromkeys(ref.call_id for ref in refs))
 
 
 def _ended_already(history: SagaHistory, outcome: SagaOutcome, payload: dict[str, Any]) -> bool:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from sagacity import _telemetry
 from sagacity._history import SagaHistory
 from sagacity._offloop import finished_off_loop
+from sagacity._running import RunningCalls, checked_wait
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase
@@ -56,7 +57,14 @@ class SagaScope:
     the saga. Tools therefore mutate the object, under its lock.
     """
 
-    def __init__(self, owner: SagaOwner, saga_id: str, history: SagaHistory) -> None:
+    def __init__(
+        self,
+        owner: SagaOwner,
+        saga_id: str,
+        history: SagaHistory,
+        *,
+        running_call_wait: float = 0.0,
+    ) -> None:
         self.owner = owner
         self.saga_id = saga_id
         self.history = history
@@ -83,6 +91,14 @@ class SagaScope:
         while a gate may hold `lock` on a worker thread."""
         self._gates: _Gates | None = None
         """The saga's approval gates, on the first event loop that used them (see `gate`)."""
+        self.running_call_wait = running_call_wait
+        """How long the run waits for the calls its work left running (`finish_calls`)."""
+        self.calls = RunningCalls(saga_id)
+        """The calls of this run still running: waited for when its work returns."""
+        self.left_running: list[str] = []
+        """The calls still running when the run finished: in doubt (see `finish_calls`)."""
+
+    checked_wait = staticmethod(checked_wait)
 
     def next_call_id(self, tool_name: str) -> str:
         """Make the next call id for a tool without a framework id: `name#1`, `name#2`, ….
@@ -110,17 +126,30 @@ class SagaScope:
         payload: JsonValue = None,
         expected_seq: int | None = None,
     ) -> JournalEntry:
-        """Append to the saga's journal and to the scope's index of it."""
-        with self.lock:
-            return self.history.append(
-                self.owner.journal,
-                phase,
-                tool_name=tool_name,
-                call_id=call_id,
-                ref_seq=ref_seq,
-                payload=self._first_payload(payload),
-                expected_seq=expected_seq,
-            )
+        """Append to the saga's journal and to the scope's index of it.
+
+        Raises:
+            SagaStateError: The run is over (see `finish_calls`), or its work returned
+                before this call's INTENT: nothing is journaled.
+        """
+        self.calls.admit(phase, tool_name, call_id, payload)
+        error: BaseException | None = None
+        try:
+            with self.lock:
+                return self.history.append(
+                    self.owner.journal,
+                    phase,
+                    tool_name=tool_name,
+                    call_id=call_id,
+                    ref_seq=ref_seq,
+                    payload=self._first_payload(payload),
+                    expected_seq=expected_seq,
+                )
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            self.calls.landed(phase, call_id, payload, error)
 
     async def aappend(
         self,
@@ -139,7 +168,29 @@ class SagaScope:
         A cancel that comes while it waits for a gate withdraws an intent
         (`AppendWithdrawn`: its call does not start), and is held for an outcome, which is
         known, until it is committed (`CommittedThenCancelled`), as the journal holds it.
+        Refused as `append` is, once the run is over.
         """
+        self.calls.admit(phase, tool_name, call_id, payload)
+        error: BaseException | None = None
+        try:
+            return await self._aappend(
+                phase, tool_name=tool_name, call_id=call_id, ref_seq=ref_seq, payload=payload
+            )
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            self.calls.landed(phase, call_id, payload, error)
+
+    async def _aappend(
+        self,
+        phase: Phase,
+        *,
+        tool_name: str | None,
+        call_id: str | None,
+        ref_seq: int | None,
+        payload: JsonValue,
+    ) -> JournalEntry:
         gates = self._gates_here()
         cancelled = None
         if gates is not None and gates.gating:
@@ -167,6 +218,50 @@ class SagaScope:
         if cancelled is not None:
             raise cancel_of(CommittedThenCancelled(entry), cancelled)
         return entry
+
+    # -- calls still running when the work returns ----------------------------------------
+
+    def finish_calls(self, wait: float) -> list[str]:
+        """End the run: wait for the calls it left running, then refuse any later append.
+
+        Up to `wait` seconds pass for the calls the work started to journal an outcome;
+        then every append through this scope is refused, once those under way have
+        landed, so that none follows the saga's ENDED. A call still running then is in
+        doubt: it fails the saga (as a call that timed out does), and its outcome, when
+        it comes, is refused and logged.
+
+        Returns:
+            The ids of the calls left running, in the order they started.
+        """
+        return self._left_running(self.calls.finish(wait), wait)
+
+    async def afinish_calls(self, wait: float) -> list[str]:
+        """`finish_calls` from async code: the loop runs the calls' tasks meanwhile."""
+        return self._left_running(await self.calls.afinish(wait), wait)
+
+    def _left_running(self, running: set[str], wait: float) -> list[str]:
+        if not running:
+            return []
+        calls = sorted(
+            (call for call in self.history.latest_call.values() if call.intent.call_id in running),
+            key=lambda call: call.intent.seq,
+        )
+        self.left_running = [call.intent.call_id or "" for call in calls]
+        named = ", ".join(f"{c.intent.call_id!r} of tool {c.intent.tool_name!r}" for c in calls)
+        _telemetry.logger.warning(
+            "saga %r: call(s) %s still running %g s after the work returned: in doubt, the "
+            "saga is compensated and needs attention",
+            self.saga_id,
+            named,
+            wait,
+        )
+        self.fail(
+            SagaStateError(
+                f"saga {self.saga_id!r}: call(s) {named} were still running {wait:g} s after "
+                "its work returned; they are in doubt: settle each with Sagacity.resolve"
+            )
+        )
+        return self.left_running
 
     async def gate(self, step: Callable[[], T]) -> T:
         """Run `step`, a sync step of the approval gate, on a worker thread; return its result.
@@ -260,8 +355,9 @@ class SagaScope:
 
     def close(self) -> None:
         """Mark the work returned: a call that starts later is refused, not journaled."""
-        with self.lock:
+        with self.lock:  # a call's decision and INTENT hold it: neither is cut in two
             self.closed = True
+            self.calls.close()
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[SagaScope]:
@@ -395,19 +491,32 @@ def current_call() -> CurrentCall | None:
 
 
 def run_in(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
-    """Run `work` with `scope` open; return what it returned, or what it raised."""
+    """Run `work` with `scope` open; return what it returned, or what it raised.
+
+    Then wait for the calls it left running, up to the scope's `running_call_wait` (see
+    `finish_calls`).
+    """
     tracing = _telemetry.current
     span = None if tracing is None else tracing.saga_started(scope.saga_id)
     token = _scope.set(scope)
+    value: Any = None
+    error: Exception | None = None
     try:
-        value = work()
-    except Exception as error:
+        try:
+            value = work()
+        except Exception as raised:
+            error = raised
+        finally:
+            _scope.reset(token)
+            scope.close()
+            if tracing is not None:
+                tracing.saga_work_done(span)
+        scope.finish_calls(scope.running_call_wait)
+    except BaseException:
+        scope.calls.abandon()  # interrupted: the saga stays open, and nothing more lands in it
+        raise
+    if error is not None:
         return None, error
-    finally:
-        _scope.reset(token)
-        scope.close()
-        if tracing is not None:
-            tracing.saga_work_done(span)
     if inspect.iscoroutine(value):
         value.close()  # never started: nothing in it ran
         return None, TypeError(
@@ -424,20 +533,29 @@ async def arun_in(
     tracing = _telemetry.current
     span = None if tracing is None else tracing.saga_started(scope.saga_id)
     token = _scope.set(scope)
+    outcome: Any = None
+    error: Exception | None = None
     try:
-        outcome = work()
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-    except Exception as error:
-        return None, error
-    finally:
-        _scope.reset(token)
         try:
-            await scope.settled()  # a gate that a call of the work began ends before the saga
+            outcome = work()
+            if inspect.isawaitable(outcome):
+                outcome = await outcome
+        except Exception as raised:
+            outcome, error = None, raised
         finally:
-            scope.close()
-        if tracing is not None:
-            tracing.saga_work_done(span)
+            _scope.reset(token)
+            try:
+                await scope.settled()  # a gate that a call of the work began ends before the saga
+            finally:
+                scope.close()
+            if tracing is not None:
+                tracing.saga_work_done(span)
+        await scope.afinish_calls(scope.running_call_wait)
+    except BaseException:
+        scope.calls.abandon()  # interrupted: the saga stays open, and nothing more lands in it
+        raise
+    if error is not None:
+        return None, error
     return _unconsumed_stream(scope, outcome)
 
 

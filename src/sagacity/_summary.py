@@ -72,7 +72,8 @@ class SagaSummary:
     pending: int
     """How many approval requests are open (asked, neither rejected nor run)."""
     in_doubt: int
-    """How many calls or compensations are in doubt (see `InDoubtCall`)."""
+    """How many calls or compensations are in doubt (see `InDoubtCall`): calls, not
+    attempts."""
     started_by: str | None = None
     """The principal recorded as starting the saga, if one was."""
     problem: str | None = None
@@ -135,16 +136,28 @@ def _status(history: SagaHistory) -> str:
 
 
 def _doubts(history: SagaHistory, status: str) -> Iterator[InDoubtCall]:
+    """The saga's calls in doubt, once each: a call retried under one id is one call.
+
+    A call whose several attempts are in doubt is listed at its latest, the one
+    `Sagacity.resolve` settles.
+    """
+    found: dict[tuple[str, str], InDoubtCall] = {}
     for call in sorted(history.calls.values(), key=lambda c: c.intent.seq):
         if history.may_have_run(call):
-            yield _doubt(history, call, call.intent, "call", _call_reason(call), status)
+            doubt = _doubt(history, call, call.intent, "call", _call_reason(call), status)
         elif call.executed and not call.compensated and call.compensation_in_doubt:
             entry = call.compensating or call.compensation
             assert entry is not None
             reason = "its compensation started and no outcome was journaled"
             if entry.phase is Phase.COMPENSATION_FAILED:
                 reason = f"its compensation's outcome is unknown: {payload_of(entry).get('error')}"
-            yield _doubt(history, call, entry, "compensation", reason, status)
+            doubt = _doubt(history, call, entry, "compensation", reason, status)
+        else:
+            continue
+        key = (doubt.call_id, doubt.kind)
+        found.pop(key, None)  # a later attempt: listed where it stands
+        found[key] = doubt
+    yield from found.values()
 
 
 def _call_reason(call: CallState) -> str:

@@ -79,14 +79,16 @@ def saga_ended(history: SagaHistory, outcome: str, compensation: Any = None) -> 
     calls = len(history.calls)
     compensated = len(compensation.compensated) if compensation is not None else 0
     failed = len(compensation.failed) if compensation is not None else 0
-    in_doubt = len(compensation.in_doubt) if compensation is not None else 0
+    # Calls, not attempts: a call retried under one id is in doubt once.
+    doubts = dict.fromkeys(ref.call_id for ref in compensation.in_doubt) if compensation else {}
+    in_doubt = len(doubts)
     if in_doubt:
         logger.warning(
             "saga %r ended %s with %d call(s) in doubt: %s; resolve them (sagacity doubts)",
             history.saga_id,
             outcome,
             in_doubt,
-            ", ".join(str(ref.call_id) for ref in compensation.in_doubt),
+            ", ".join(str(call_id) for call_id in doubts),
         )
     logger.info(
         "saga %r ended %s: %d entries, %d calls, %d compensated, %d compensations failed, "

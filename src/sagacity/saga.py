@@ -38,7 +38,7 @@ from sagacity.errors import (
     SagaNotFoundError,
     SagaStateError,
 )
-from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
+from sagacity.journal import JournalEntry, SideEffectJournal
 from sagacity.journal._protocol import entries_async
 from sagacity.tools import ExceptionClassifier, FailureKind, SagaTool, default_classifier
 
@@ -78,10 +78,12 @@ class Sagacity(ApprovalDecisions):
             AWAITING_APPROVAL is committed, in the asking process, on the asking thread
             (for an async call, a worker thread); what it raises is logged (logger
             `sagacity`), never raised.
+        running_call_wait: How long (seconds or a timedelta) a run waits for the calls
+            its work left running; those still running then are in doubt (docs/sagas.md).
 
     Raises:
-        ConfigurationError: The clock returns a naive datetime, a TTL is negative, the
-            lease TTL is not positive, or signatures are required with no key to check.
+        ConfigurationError: The clock returns a naive datetime, a TTL or wait is negative,
+            the lease TTL is not positive, or signatures are required with no key to check.
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class Sagacity(ApprovalDecisions):
         approval_public_keys: Iterable[PublicKey] = (),
         require_signed_approvals: bool = False,
         on_approval_request: ApprovalHook | None = None,
+        running_call_wait: float | datetime.timedelta = 30.0,
     ) -> None:
         self.journal = journal
         """The journal this Sagacity appends to."""
@@ -117,6 +120,7 @@ class Sagacity(ApprovalDecisions):
             )
         self.lease_ttl: datetime.timedelta = lease_ttl
         self.lease_wait = lease_wait
+        self.running_call_wait = SagaScope.checked_wait(running_call_wait)
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
         self.now: Clock = checked_clock(clock or _utc_now)
         policy = ApprovalPolicy.build(
@@ -264,42 +268,16 @@ class Sagacity(ApprovalDecisions):
         ends the saga COMPENSATED once nothing else is in doubt.
         """
         require_name(by, "by")
+        require_id(call_id, f"saga {saga_id!r}: call id")
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id, must_exist=True))
-            return self._resolve(history, call_id, executed=executed, result=result, by=by)
-
-    def _resolve(
-        self, history: SagaHistory, call_id: str, *, executed: bool, result: Any, by: str
-    ) -> JournalEntry:
-        saga_id = history.saga_id
-        call = history.latest_call.get(call_id)
-        if call is None or not call.in_doubt:
-            raise SagaStateError(
-                f"saga {saga_id!r}: call {call_id!r} is not in doubt; only a call whose outcome "
-                "is unknown can be resolved"
-            )
-        if executed:
-            phase = Phase.EXECUTED
-            payload: Any = {
-                "result": to_json(result, where=f"saga {saga_id!r} call {call_id!r} result"),
-                "resolved_by": by,
-            }
-        else:
-            phase = Phase.FAILED
-            payload = {"kind": "not_run", "error": None, "resolved_by": by}
-        return history.append(
-            self.journal,
-            phase,
-            tool_name=call.intent.tool_name,
-            call_id=call_id,
-            ref_seq=call.intent.seq,
-            payload=payload,
-        )
+            return self._ending.resolve(history, call_id, executed=executed, result=result, by=by)
 
     def resolve_compensation(
         self, saga_id: str, call_id: str, *, compensated: bool, by: str
     ) -> JournalEntry:
         """Settle a compensation in doubt: it took effect, or the next walk runs it again."""
+        require_id(call_id, f"saga {saga_id!r}: call id")
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id, must_exist=True))
             return self._runner.resolve(history, call_id, compensated=compensated, by=by)
@@ -331,8 +309,12 @@ class Sagacity(ApprovalDecisions):
             yield scope
 
     def history(self, saga_id: str) -> list[JournalEntry]:
-        """Return the saga's journal entries (a shorthand for `journal.entries`)."""
-        return self.journal.entries(saga_id)
+        """Return the saga's journal entries (a shorthand for `journal.entries`).
+
+        Raises:
+            InvalidIdError: The saga id is one no saga can have (see `saga`).
+        """
+        return self.journal.entries(require_id(saga_id, "saga id"))
 
     # -- approval ------------------------------------------------------------------------
 
@@ -491,7 +473,7 @@ class Sagacity(ApprovalDecisions):
                 f"saga {saga_id!r} is waiting for approval; approve or reject it, then call "
                 "resume_saga"
             )
-        scope = SagaScope(self, saga_id, history)
+        scope = SagaScope(self, saga_id, history, running_call_wait=self.running_call_wait)
         scope.started_by = starter_for(history, started_by)
         # A call that failed in an earlier run still fails the saga: resuming it must end
         # in compensation, never in COMPLETED with the earlier effects left live.
