@@ -37,9 +37,11 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
     ) from error
 
 from sagacity.integrations.mcp._control import COMPENSATE_TOOL, END_TOOL, SagaEnding
-from sagacity.integrations.mcp._proxy import Compensate, mcp_proxy
+from sagacity.integrations.mcp._end import end_saga
+from sagacity.integrations.mcp._proxied import Compensate
+from sagacity.integrations.mcp._proxy import mcp_proxy
 from sagacity.integrations.mcp._proxy_server import ProxyServer
-from sagacity.integrations.mcp._sagas import PROCESS_TOKEN, end_saga
+from sagacity.integrations.mcp._sagas import PROCESS_TOKEN
 from sagacity.integrations.mcp._server import SagaExtension, mcp_server, tool_function
 from sagacity.integrations.mcp._upstream import UpstreamFactory, UpstreamUnavailableError
 from sagacity.integrations.mcp._wire import (

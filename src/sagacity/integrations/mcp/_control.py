@@ -21,7 +21,7 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from sagacity.errors import ConfigurationError
-from sagacity.integrations.mcp._sagas import handle_compensate_request, handle_end_request
+from sagacity.integrations.mcp._end import handle_compensate_request, handle_end_request
 from sagacity.integrations.mcp._wire import EndSagaParams, EndSagaResult, error_result
 from sagacity.saga import Sagacity
 

@@ -42,12 +42,8 @@ from sagacity.integrations.mcp._control import (
     call_control_tool,
     control_tools_listed,
 )
-from sagacity.integrations.mcp._sagas import (
-    ToolCall,
-    handle_compensate_request,
-    handle_end_request,
-    open_sagas,
-)
+from sagacity.integrations.mcp._end import handle_compensate_request, handle_end_request
+from sagacity.integrations.mcp._sagas import ToolCall, open_sagas
 from sagacity.integrations.mcp._upstream import (
     Connection,
     Forwarding,
@@ -76,7 +72,7 @@ from sagacity.tools import SagaTool
 if TYPE_CHECKING:
     from mcp.shared.dispatcher import ProgressFnT
 
-    from sagacity.integrations.mcp._proxy import ProxiedTools
+    from sagacity.integrations.mcp._proxy_tools import ProxiedTools
 
 __all__ = ["ProxyServer", "forwarded_meta"]
 

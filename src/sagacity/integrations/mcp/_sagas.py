@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp.types import INVALID_PARAMS
 
 # No public API opens a saga's scope for one request while the saga stays open across
 # requests, as `Sagacity.saga` does for one call of its work: the scope, its context
@@ -39,16 +39,11 @@ from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import (
     ReplayMismatchError,
-    SagacityError,
     SagaNotFoundError,
     SagaStateError,
     SerializationError,
 )
-from sagacity.integrations.mcp._wire import (
-    SAGA_ID_META,
-    EndSagaParams,
-    EndSagaResult,
-)
+from sagacity.integrations.mcp._wire import SAGA_ID_META
 from sagacity.journal import sha256_hex
 from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.tools import SagaTool, awaiting_approval_message
@@ -57,33 +52,13 @@ __all__ = [
     "OpenSagas",
     "ToolCall",
     "current_tool_call",
-    "end_saga",
-    "handle_compensate_request",
-    "handle_end_request",
     "open_sagas",
+    "read_history",
 ]
 
 PROCESS_TOKEN = secrets.token_hex(4)
 """Put in every call id this process makes (`tool#3.5f0c9a2e`): two proxies or servers
 serving one saga count from the same journal, and this keeps their ids apart."""
-
-
-async def end_saga(sagacity: Sagacity, saga_id: str) -> SagaResult:
-    """End a saga whose calls came over MCP, from the server's side.
-
-    Waits for the saga's calls still running in this process, then reads the journal:
-    a failed call, or one that may have had its effect with no result known (an unknown
-    outcome, an INTENT without an outcome, a control-flow exit not sent again),
-    compensates the saga in reverse order, the latter listed in doubt (NEEDS_ATTENTION);
-    an approval request still pending leaves it open with outcome AWAITING_APPROVAL
-    (approve and call again, or `Sagacity.reject`); otherwise it ends COMPLETED. Ending a
-    saga that has ended returns its recorded outcome.
-
-    Raises:
-        SagaNotFoundError: The journal has nothing for `saga_id`.
-        SagaStateError: The saga is being ended already.
-    """
-    return await open_sagas(sagacity).end(saga_id)
 
 
 # -- one tools/call -----------------------------------------------------------------------
@@ -420,7 +395,7 @@ class OpenSagas:
                 self._ending.discard(saga_id)
 
     async def _end(self, saga_id: str) -> SagaResult:
-        history = await _history(self.sagacity, saga_id)
+        history = await read_history(self.sagacity, saga_id)
         if not history.entries:
             raise SagaNotFoundError(
                 f"saga {saga_id!r} has no journal entries: no journaled call carried it in "
@@ -448,7 +423,7 @@ async def _nothing() -> None:
     """The work of a saga ended over MCP: its calls ran in earlier requests."""
 
 
-async def _history(sagacity: Sagacity, saga_id: str) -> SagaHistory:
+async def read_history(sagacity: Sagacity, saga_id: str) -> SagaHistory:
     """The saga's history, its journal read without blocking the loop."""
     return SagaHistory.of(saga_id, await entries_async(sagacity.journal, saga_id))
 
@@ -464,58 +439,3 @@ def open_sagas(sagacity: Sagacity) -> OpenSagas:
         if found is None:
             found = _registry[sagacity] = OpenSagas(sagacity)
         return found
-
-
-async def handle_end_request(sagacity: Sagacity, params: EndSagaParams) -> EndSagaResult:
-    """Serve a `sagacity/end` request: refusals become MCP errors naming the saga."""
-    try:
-        result = await end_saga(sagacity, params.saga_id)
-    except (SagaNotFoundError, SagaStateError) as error:
-        raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
-    except SagacityError as error:
-        raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
-    return await _answer(sagacity, result)
-
-
-async def _answer(sagacity: Sagacity, result: SagaResult) -> EndSagaResult:
-    """The wire answer for `result`: the lists of the saga's ENDED entry once it has one."""
-    ended = (await _history(sagacity, result.saga_id)).ended
-    payload = payload_of(ended) if ended is not None else None
-    return EndSagaResult.of(result, payload)
-
-
-_RETRIED_OUTCOMES = frozenset({"COMPENSATED", "COMPENSATION_FAILED", "NEEDS_ATTENTION"})
-"""The outcomes whose compensation walk may be run again: COMPLETED has nothing to undo."""
-
-
-async def handle_compensate_request(sagacity: Sagacity, params: EndSagaParams) -> EndSagaResult:
-    """Serve a `sagacity/compensate` request: run an ended saga's compensations again.
-
-    Only a saga that ended compensating is walked again (COMPENSATION_FAILED, or
-    NEEDS_ATTENTION after its calls in doubt were resolved, or COMPENSATED, which
-    answers the same again): an open saga is ended with `sagacity/end`, and a COMPLETED
-    one is never undone by a retry. The walk never repeats an undo journaled COMPENSATED.
-    """
-    saga_id = params.saga_id
-    history = await _history(sagacity, saga_id)
-    if not history.entries:
-        raise MCPError(code=INVALID_PARAMS, message=f"saga {saga_id!r} has no journal entries")
-    if history.ended is None:
-        raise MCPError(
-            code=INVALID_PARAMS,
-            message=f"saga {saga_id!r} is still open; end it with sagacity/end first",
-        )
-    if history.outcome not in _RETRIED_OUTCOMES:
-        raise MCPError(
-            code=INVALID_PARAMS,
-            message=f"saga {saga_id!r} ended {history.outcome}: there is nothing to compensate",
-        )
-    sagas = open_sagas(sagacity)
-    with sagas.ending(saga_id):
-        try:
-            result = await sagacity.acompensate(saga_id)
-        except SagaStateError as error:
-            raise MCPError(code=INVALID_PARAMS, message=str(error)) from error
-        except SagacityError as error:
-            raise MCPError(code=INTERNAL_ERROR, message=str(error)) from error
-    return await _answer(sagacity, result)

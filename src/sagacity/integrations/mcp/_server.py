@@ -21,12 +21,8 @@ from sagacity.integrations.mcp._control import (
     control_tool_bindings,
     refuse_collisions,
 )
-from sagacity.integrations.mcp._sagas import (
-    current_tool_call,
-    handle_compensate_request,
-    handle_end_request,
-    open_sagas,
-)
+from sagacity.integrations.mcp._end import handle_compensate_request, handle_end_request
+from sagacity.integrations.mcp._sagas import current_tool_call, open_sagas
 from sagacity.integrations.mcp._wire import (
     COMPENSATE_METHOD,
     END_METHOD,
