@@ -112,3 +112,28 @@ def test_a_forged_row_approves_nothing(
         response = signed_client.post("/sagacity/sagas/sig-2/resume", headers=OLGA)
         assert response.status_code == 403, response.text
     assert bank.log == ["reserve sku-sig-2"]
+
+
+def test_verify_names_a_forged_row(signed_client: TestClient, signed: Sagacity, bank: Bank) -> None:
+    """The server's verify, under a policy requiring signatures, names an unsigned APPROVED.
+
+    The chain's hashes are intact (the row was appended through the journal), so only the
+    signature check can tell: the route reports the saga and the forged row's seq.
+    """
+    start_wire(signed, bank, "sig-3")
+    request = signed.pending("sig-3")[0]
+    forged = signed.journal.append(
+        "sig-3",
+        Phase.APPROVED,
+        tool_name=request.tool_name,
+        call_id=request.call_id,
+        ref_seq=request.seq,
+        payload={
+            "request_id": request.request_id,
+            "approver": "mallory",
+            "input_sha256": request.input_sha256,
+        },
+    )
+    report = signed_client.get("/sagacity/sagas/sig-3/verify", headers=OLGA).json()
+    assert report["ok"] is False
+    assert [(p["saga_id"], p["seq"]) for p in report["problems"]] == [("sig-3", forged.seq)]

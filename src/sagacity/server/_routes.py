@@ -343,7 +343,12 @@ def api_router(
     )
     def verify_saga(saga_id: SagaId, _: Viewer) -> VerificationModel:
         """Recompute every hash and link of the saga's chain."""
-        report = verify(sagacity.journal, _saga(saga_id))
+        policy = sagacity.approval.policy
+        report = verify(
+            sagacity.journal,
+            _saga(saga_id),
+            approval_public_keys=policy.public_keys.values() if policy.require_signed else (),
+        )
         if report.entries == 0 and not report.problems:
             raise SagaNotFoundError(f"saga {saga_id!r} has no journal entries")
         return VerificationModel.of(report)

@@ -444,7 +444,12 @@ def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
     if not saga_id:
         raise Refusal(422, "name a saga: ?id=<saga id>", heading="Which saga?")
     require_id(saga_id, "saga id (?id=)")
-    report = verify(sagacity.journal, saga_id)
+    policy = sagacity.approval.policy
+    report = verify(
+        sagacity.journal,
+        saga_id,
+        approval_public_keys=policy.public_keys.values() if policy.require_signed else (),
+    )
     try:
         entries = sagacity.history(saga_id)
     except JournalError as error:
