@@ -7,8 +7,13 @@ wraps the same tools the demo did.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import shutil
 import sqlite3
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -132,18 +137,39 @@ def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool 
         report = verify(sagacity.journal)
         say("")
         say(
-            f"verify: {report.sagas} sagas, {report.entries} entries, "
-            + ("chain intact" if report.ok else f"PROBLEMS: {report.problems}")
+            f"verify: {report.sagas} sagas, {report.entries} entries: "
+            + ("OK" if report.ok else f"PROBLEMS: {report.problems}")
         )
-        say(f"journal: {database}  (try: sagacity show order-1001 --database {database})")
+        command = sagacity_command()
+        say(f"journal: {database}  (try: {command} show order-1001 --database {database})")
         say(f"approve {PENDING_WIRE} in the inbox (README: Approve in the browser), then run it:")
         say(
-            f"  sagacity resume {PENDING_WIRE} --database {database} "
+            f"  {command} resume {PENDING_WIRE} --database {database} "
             "--tools sagacity._demo:OrderTools"
         )
         return report.ok
     finally:
         sagacity.close()
+
+
+def sagacity_command() -> str:
+    """How to run the `sagacity` command installed beside this interpreter, from here.
+
+    `make demo` installs it in `.venv/bin`, which is not on the PATH: a hint that said
+    plain `sagacity` would not run. Plain `sagacity` is said only when the PATH finds
+    that very script.
+    """
+    folder = Path(sys.executable).parent  # not resolved: a venv's python is a symlink
+    scripts = [folder / name for name in ("sagacity", "sagacity.exe")]
+    script = next((path for path in scripts if path.is_file()), None)
+    if script is None:
+        return "sagacity"
+    on_path = shutil.which("sagacity")
+    if on_path is not None and os.path.samefile(on_path, script):
+        return "sagacity"
+    with contextlib.suppress(ValueError):  # shown relative when it is below the working dir
+        return str(script.absolute().relative_to(Path.cwd()))
+    return str(script.absolute())
 
 
 def _order_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[str], None]) -> None:
@@ -168,7 +194,7 @@ def _wire_saga(sagacity: Sagacity, tools: dict[str, SagaTool], say: Callable[[st
     waiting = sagacity.saga(
         "wire-1002", lambda: tools["send_wire_transfer"](amount="12500.00 EUR", to="DE89 3704")
     )
-    say(f"    agent sees: {str(waiting.value)[:72]}…")
+    say(f"    agent sees: {textwrap.shorten(str(waiting.value), width=76, placeholder=' …')}")
     say(f"  outcome: {waiting.outcome.value}")
     request = waiting.pending[0]
     say(f"  approver alice@treasury reviews {request.input} sha256 {request.input_sha256[:12]}…")

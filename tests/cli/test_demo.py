@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from sagacity import Phase, Sagacity
+from sagacity._demo import OrderTools, sagacity_command
 from sagacity.cli import main
 from tests.cli._run import restore_triggers_after, run_cli
 
@@ -23,7 +27,7 @@ class TestDemo:
         assert out.index("refunded ch_1M2n3") < out.index("released res-8891")
         assert "outcome: AWAITING_APPROVAL" in out
         assert out.count("wired 12500.00 EUR") == 1
-        assert "verify: 3 sagas, 17 entries, chain intact" in out
+        assert "verify: 3 sagas, 17 entries: OK" in out
 
         sagacity = Sagacity.from_url(f"sqlite:///{database}")
         try:
@@ -51,10 +55,11 @@ class TestDemo:
         assert (waiting.saga_id, waiting.tool_name) == ("wire-1003", "send_wire_transfer")
         assert waiting.input == {"amount": "980.00 EUR", "to": "FR76 3000 6000"}
         assert "wired 980.00 EUR" not in out
+        command = sagacity_command()
         assert out.endswith(
-            f"journal: {database}  (try: sagacity show order-1001 --database {database})\n"
+            f"journal: {database}  (try: {command} show order-1001 --database {database})\n"
             "approve wire-1003 in the inbox (README: Approve in the browser), then run it:\n"
-            f"  sagacity resume wire-1003 --database {database} "
+            f"  {command} resume wire-1003 --database {database} "
             "--tools sagacity._demo:OrderTools\n"
         )
 
@@ -63,7 +68,7 @@ class TestDemo:
         for _ in range(2):
             done = run_cli("demo", "--database", "sagacity-demo.db", cwd=tmp_path)
             assert done.returncode == 0, done.stderr
-            assert "verify: 3 sagas, 17 entries, chain intact" in done.stdout
+            assert "verify: 3 sagas, 17 entries: OK" in done.stdout
         assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == [
             "sagacity-demo.db"
         ]
@@ -98,7 +103,7 @@ class TestDemo:
         notes.write_text("scratch\n")
         done = run_cli("demo", "--database", str(notes), "--force")
         assert done.returncode == 0, done.stderr
-        assert "chain intact" in done.stdout
+        assert "verify: 3 sagas, 17 entries: OK" in done.stdout
 
     def test_a_directory_is_refused(self, tmp_path: Path) -> None:
         """A directory named as the demo file is refused, not deleted."""
@@ -137,6 +142,78 @@ class TestDemo:
         sagacity.close()
         assert run_cli("demo", "--database", str(database)).returncode == 2
         assert "payroll-7" in _sagas(database)
+
+
+class TestDemoWords:
+    """What the demo prints is what the CLI says, uncut, with commands that run."""
+
+    def test_the_verify_line_is_the_cli_s(self, tmp_path: Path) -> None:
+        """The demo's verify line ends with what `sagacity verify` prints for the file."""
+        database = tmp_path / "demo.db"
+        demo = run_cli("demo", "--database", str(database))
+        verified = run_cli("verify", "--database", str(database))
+        assert verified.returncode == 0, verified.stderr
+        assert verified.stdout == "3 sagas, 17 entries: OK\n"
+        (line,) = [line for line in demo.stdout.splitlines() if line.startswith("verify: ")]
+        assert line == "verify: " + verified.stdout.strip()
+
+    def test_the_reason_the_agent_sees_is_cut_between_words(self, tmp_path: Path) -> None:
+        """The shortened reason ends with a whole word, then " …", never mid-word."""
+        done = run_cli("demo", "--database", str(tmp_path / "demo.db"))
+        (line,) = [line for line in done.stdout.splitlines() if "agent sees: " in line]
+        shown = line.split("agent sees: ", 1)[1]
+        assert shown.endswith(" …")
+        kept = shown.removesuffix(" …")
+        sagacity = Sagacity.from_url("memory://")
+        (wire,) = [
+            t for t in sagacity.wrap(OrderTools(lambda _: None)) if t.name == "send_wire_transfer"
+        ]
+        full = str(sagacity.saga("w", lambda: wire(amount="1", to="x")).value)
+        assert full.startswith(kept)
+        assert full[len(kept)] == " "
+        assert kept.endswith("it needs a human's")
+
+    def test_the_closing_hint_runs_from_where_make_demo_ran(self, tmp_path: Path) -> None:
+        """With .venv/bin off the PATH, the hint names the installed script, and it runs."""
+        script = Path(sys.executable).parent / "sagacity"
+        assert script.is_file()
+        env = {**os.environ, "PATH": "/usr/bin:/bin"}
+        env.pop("SAGACITY_DATABASE_URL", None)
+        done = subprocess.run(
+            [str(script), "demo", "--database", "sagacity-demo.db"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        hint = done.stdout.splitlines()[-3]
+        assert hint == (
+            f"journal: sagacity-demo.db  (try: {script.absolute()} show order-1001 "
+            "--database sagacity-demo.db)"
+        )
+        shown = subprocess.run(
+            hint.split("(try: ", 1)[1].removesuffix(")").split(),
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "order-1001" in shown.stdout
+
+    def test_the_hint_is_relative_below_the_working_directory(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Run from the clone, as `make demo` does, the hint says `.venv/bin/sagacity`."""
+        script = Path(sys.executable).parent / "sagacity"
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        monkeypatch.chdir(script.parent.parent.parent)
+        assert sagacity_command() == str(Path(script.parent.parent.name, "bin", "sagacity"))
 
 
 def _sagas(database: Path) -> set[str]:
