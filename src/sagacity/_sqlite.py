@@ -179,16 +179,22 @@ _JOURNAL_COLUMNS = {
 
 def _check_schema(conn: sqlite3.Connection, path: str | Path) -> None:
     """Refuse a file without a sagacity schema this code reads; change nothing."""
-    if _table_missing(conn, "sagacity_meta") or _table_missing(conn, "sagacity_journal"):
+    if _table_missing(conn, "sagacity_journal"):
         raise DatabaseNotFoundError(
-            f"SQLite database {str(path)!r} holds no sagacity journal (no sagacity_meta or "
-            "sagacity_journal table)"
+            f"SQLite database {str(path)!r} holds no sagacity journal (no sagacity_journal table)"
         )
+    # A sagacity_journal table is there: from here on, one sagacity did not write is
+    # another program's, which cannot be read as a journal (not a journal that is missing).
     columns = {row[1] for row in conn.execute("PRAGMA table_info(sagacity_journal)")}
     if not columns >= _JOURNAL_COLUMNS:
         raise SchemaVersionError(
             f"SQLite database {str(path)!r}: its sagacity_journal table is not sagacity's "
             f"(it lacks {', '.join(sorted(_JOURNAL_COLUMNS - columns))})"
+        )
+    if _table_missing(conn, "sagacity_meta"):
+        raise SchemaVersionError(
+            f"SQLite database {str(path)!r}: its sagacity_journal table is not sagacity's "
+            "(there is no sagacity_meta table beside it)"
         )
     row = conn.execute("SELECT value FROM sagacity_meta WHERE key = 'schema_version'").fetchone()
     if row is None or int(row[0]) > SCHEMA_VERSION:

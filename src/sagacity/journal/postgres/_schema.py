@@ -324,6 +324,22 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
             )
 
 
+_JOURNAL_COLUMNS = frozenset(
+    {
+        "saga_id",
+        "seq",
+        "phase",
+        "tool_name",
+        "call_id",
+        "ref_seq",
+        "payload",
+        "recorded_at",
+        "prev_hash",
+        "hash",
+    }
+)
+
+
 def check_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) -> None:
     """Refuse a database without a sagacity schema this code reads; create nothing.
 
@@ -338,11 +354,26 @@ def check_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) 
     journal = prefix + "sagacity_journal"
     if schema is not None and _scalar(conn, "SELECT to_regnamespace(%s)", (prefix[:-1],)) is None:
         raise DatabaseNotFoundError(f"{where}: no schema {schema!r} (nothing was created)")
-    if (
-        _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None
-        or _scalar(conn, "SELECT to_regclass(%s)", (journal,)) is None
-    ):
+    if _scalar(conn, "SELECT to_regclass(%s)", (journal,)) is None:
         raise DatabaseNotFoundError(f"{where} holds no sagacity journal (nothing was created)")
+    # A sagacity_journal table is there: one sagacity did not write is another program's,
+    # which cannot be read as a journal (not a journal that is missing).
+    rows = conn.execute(
+        b"SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+        b"AND NOT attisdropped",
+        (journal,),
+        prepare=False,
+    ).fetchall()
+    lacking = sorted(_JOURNAL_COLUMNS - {row[0] for row in rows})
+    if lacking:
+        raise SchemaVersionError(
+            f"{where}: its sagacity_journal table is not sagacity's (it lacks {', '.join(lacking)})"
+        )
+    if _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None:
+        raise SchemaVersionError(
+            f"{where}: its sagacity_journal table is not sagacity's (there is no "
+            "sagacity_meta table beside it)"
+        )
     found = _scalar(conn, f"SELECT value FROM {meta} WHERE key = 'schema_version'")
     if found is None or int(str(found)) > SCHEMA_VERSION:
         raise SchemaVersionError(
