@@ -142,13 +142,17 @@ def _parser() -> argparse.ArgumentParser:
     compensate.add_argument("saga")
     _tools_option(compensate, required=False)
 
-    resolve = command("resolve", "record whether an in-doubt call ran", signed=True)
+    resolve = command(
+        "resolve", "record whether an in-doubt call, or its compensation, ran", signed=True
+    )
     resolve.add_argument("saga")
     resolve.add_argument("call_id", metavar="CALL_ID")
     finding = resolve.add_mutually_exclusive_group(required=True)
-    finding.add_argument("--executed", action="store_true", help="the call took effect")
-    finding.add_argument("--not-executed", action="store_false", dest="executed", help="it did not")
-    resolve.add_argument("--result", metavar="JSON", help="what it returned, as JSON")
+    for flag, meaning in _act.FINDINGS.items():
+        finding.add_argument(flag, action="store_const", const=flag, dest="finding", help=meaning)
+    resolve.add_argument(
+        "--result", metavar="JSON", help="what the call returned, as JSON (with --executed)"
+    )
     resolve.add_argument("--by", required=True, help="who found out (not empty)")
 
     resume = command(

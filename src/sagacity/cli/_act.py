@@ -9,10 +9,13 @@ from typing import Any
 
 import orjson
 
+from sagacity._history import SagaHistory
 from sagacity._ids import require_name
+from sagacity._summary import iter_doubts
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._policy import refuse_self_approval
 from sagacity.cli._common import (
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
     CliError,
@@ -25,7 +28,7 @@ from sagacity.cli._request_text import input_line, request_block, request_views,
 from sagacity.errors import ApprovalNotFoundError
 from sagacity.saga import Sagacity, SagaResult
 
-__all__ = ["approve", "compensate", "reject", "resolve", "resume"]
+__all__ = ["FINDINGS", "approve", "compensate", "reject", "resolve", "resume"]
 
 
 def _name(value: str, option: str) -> str:
@@ -149,29 +152,84 @@ def compensate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+FINDINGS = {
+    "--executed": "the call took effect",
+    "--not-executed": "the call did not take effect",
+    "--undone": "the call's compensation took effect",
+    "--not-undone": "its compensation did not take effect: the next compensate runs it again",
+}
+"""`sagacity resolve`'s findings: on the call itself, or on its compensation."""
+
+
 def resolve(args: argparse.Namespace) -> int:
-    """`sagacity resolve SAGA CALL_ID --executed|--not-executed --by NAME`."""
+    """`sagacity resolve SAGA CALL_ID FINDING --by NAME`: a call or its compensation."""
     by = _name(args.by, "--by")
+    finding: str = args.finding
     result: Any = None
     if args.result is not None:
-        if not args.executed:
-            raise CliError("--result is for --executed: a call that did not run has no result")
+        if finding != "--executed":
+            raise CliError(
+                f"--result is for --executed, not {finding}: only a call that ran has a result"
+            )
         try:
             result = orjson.loads(args.result)
         except orjson.JSONDecodeError as error:
-            raise CliError(f"--result is not JSON: {error}") from None
+            raise CliError(
+                f"--result is not JSON: {error}; a text result is a JSON string inside the "
+                """shell's quotes, such as --result '"res-1"'"""
+            ) from None
+    on_compensation = finding in ("--undone", "--not-undone")
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
-        entry = sagacity.resolve(
-            args.saga, args.call_id, executed=args.executed, result=result, by=by
-        )
-    finding = "executed" if args.executed else "not executed"
+        _check_doubt(sagacity, args.saga, args.call_id, on_compensation=on_compensation)
+        if on_compensation:
+            entry = sagacity.resolve_compensation(
+                args.saga, args.call_id, compensated=finding == "--undone", by=by
+            )
+        else:
+            entry = sagacity.resolve(
+                args.saga, args.call_id, executed=finding == "--executed", result=result, by=by
+            )
+    what = {
+        "--executed": f"call {args.call_id!r} resolved as executed",
+        "--not-executed": f"call {args.call_id!r} resolved as not executed",
+        "--undone": f"the compensation of call {args.call_id!r} resolved as undone",
+        "--not-undone": f"the compensation of call {args.call_id!r} resolved as not undone",
+    }[finding]
     sys.stdout.write(
-        f"saga {args.saga!r}: call {args.call_id!r} resolved as {finding} by {by} "
-        f"({entry.phase.value} at seq {entry.seq}); run 'sagacity compensate {args.saga}' "
-        "to finish the saga\n"
+        printable(
+            f"saga {args.saga!r}: {what} by {by} ({entry.phase.value} at seq {entry.seq}); "
+            f"run 'sagacity compensate {args.saga}' to finish the saga"
+        )
+        + "\n"
     )
     return EXIT_OK
+
+
+def _check_doubt(sagacity: Sagacity, saga_id: str, call_id: str, *, on_compensation: bool) -> None:
+    """Refuse, naming what to do, a call the saga lacks or a finding on the wrong thing.
+
+    Read before the lease is taken, for the message only: the core checks again under it.
+    """
+    history = SagaHistory.of(saga_id, sagacity.journal.entries(saga_id))
+    if not any(call.intent.call_id == call_id for call in history.calls.values()):
+        raise CliError(
+            f"saga {saga_id!r} has no call {call_id!r}; 'sagacity doubts' lists the calls and "
+            "compensations in doubt with their call ids",
+            EXIT_NOT_FOUND,
+        )
+    kinds = {d.kind for d in iter_doubts(sagacity.journal, saga_id=saga_id) if d.call_id == call_id}
+    if on_compensation and "compensation" not in kinds and "call" in kinds:
+        raise CliError(
+            f"saga {saga_id!r}: call {call_id!r} itself is in doubt, not its compensation: "
+            "give --executed (with --result) or --not-executed"
+        )
+    if not on_compensation and "call" not in kinds and "compensation" in kinds:
+        raise CliError(
+            f"saga {saga_id!r}: the compensation of call {call_id!r} is in doubt, not the "
+            "call: give --undone (the compensation took effect) or --not-undone (it did not; "
+            "the next compensate runs it again)"
+        )
 
 
 def _load_tools(spec: str) -> object:
