@@ -372,13 +372,14 @@ class TestListing:
         assert journal.list_sagas(after="e") == []
 
     def test_every_saga_id_is_listed(self, journal: SideEffectJournal) -> None:
-        """Even the empty string and ids beyond ASCII sort and page like the rest."""
-        ids = ["", " ", "a", "é", "東京", "😀"]
+        """Ids with spaces and beyond ASCII sort and page like the rest, from any position."""
+        ids = ["!", "a", "a b", "é", "東京", "😀"]
         for saga_id in reversed(ids):
             journal.append(saga_id, Phase.INTENT)
         assert journal.list_sagas() == ids
-        assert journal.list_sagas(after="", limit=2) == [" ", "a"]
-        assert [(e.saga_id, e.seq) for e in journal.list_entries(limit=2)] == [("", 1), (" ", 1)]
+        assert journal.list_sagas(after="", limit=2) == ["!", "a"]
+        assert journal.list_sagas(after="a a", limit=2) == ["a b", "é"]
+        assert [(e.saga_id, e.seq) for e in journal.list_entries(limit=2)] == [("!", 1), ("a", 1)]
 
     def test_list_entries_pages_by_saga_then_seq(self, journal: SideEffectJournal) -> None:
         """list_entries walks (saga_id, seq) in order; a page may end inside a saga."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from sagacity._ids import require_id
 from sagacity.approval._request import ApprovalRequest
 
 __all__ = ["InMemoryApprovalStore"]
@@ -22,18 +23,22 @@ class InMemoryApprovalStore:
             self._requests[request.request_id] = request
 
     def get(self, request_id: str) -> ApprovalRequest | None:
-        """Return the request, or None."""
+        """Return the request, or None; `InvalidIdError` for an id no request can have."""
+        require_id(request_id, "request id")
         with self._lock:
             return self._requests.get(request_id)
 
     def pending(self, saga_id: str | None = None) -> list[ApprovalRequest]:
         """Return stored requests, oldest first."""
+        if saga_id is not None:
+            require_id(saga_id, "saga id")
         with self._lock:
             found = [r for r in self._requests.values() if saga_id in (None, r.saga_id)]
         return sorted(found, key=lambda r: (r.requested_at, r.saga_id, r.seq))
 
     def delete(self, request_id: str) -> None:
         """Consume a request."""
+        require_id(request_id, "request id")
         with self._lock:
             self._requests.pop(request_id, None)
 

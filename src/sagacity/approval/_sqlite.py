@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from sagacity._ids import require_id
 from sagacity._sqlite import connect
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import JournalError
@@ -53,7 +54,8 @@ class SqliteApprovalStore:
         )
 
     def get(self, request_id: str) -> ApprovalRequest | None:
-        """Return the request, or None."""
+        """Return the request, or None; `InvalidIdError` for an id no request can have."""
+        require_id(request_id, "request id")
         rows = self._select(
             f"SELECT {_COLUMNS} FROM sagacity_approval_request WHERE request_id = ?",
             (request_id,),
@@ -68,6 +70,7 @@ class SqliteApprovalStore:
                 "ORDER BY requested_at, saga_id, seq",
                 (),
             )
+        require_id(saga_id, "saga id")
         return self._select(
             f"SELECT {_COLUMNS} FROM sagacity_approval_request WHERE saga_id = ? "
             "ORDER BY requested_at, seq",
@@ -76,6 +79,7 @@ class SqliteApprovalStore:
 
     def delete(self, request_id: str) -> None:
         """Consume a request."""
+        require_id(request_id, "request id")
         self._write("DELETE FROM sagacity_approval_request WHERE request_id = ?", (request_id,))
 
     def close(self) -> None:

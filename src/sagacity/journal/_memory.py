@@ -7,6 +7,7 @@ import dataclasses
 import datetime
 import threading
 
+from sagacity._ids import require_id, require_lookup
 from sagacity.errors import AppendConflictError, SerializationError
 from sagacity.journal._canonical import JsonValue, canonical_bytes, copy_json, decode_canonical
 from sagacity.journal._entry import (
@@ -63,7 +64,9 @@ class InMemoryJournal:
         Raises:
             AppendConflictError: `expected_seq` is not the saga's last seq; nothing was
                 written.
+            InvalidIdError: The saga id cannot be stored or shown (see `Sagacity.saga`).
         """
+        require_id(saga_id, "saga id")
         try:  # SerializationError before the lock
             payload_bytes = canonical_bytes(payload)
         except SerializationError as error:
@@ -176,6 +179,7 @@ class InMemoryJournal:
         self, saga_id: str, owner: str, *, now: datetime.datetime, expires_at: datetime.datetime
     ) -> SagaLease:
         """Take the saga's lease if it is free at `now` (see `SideEffectJournal`)."""
+        require_id(saga_id, "saga id")
         with self._lock:
             held = self._leases.get(saga_id)
             chain = self._sagas.get(saga_id, [])
@@ -222,6 +226,7 @@ class InMemoryJournal:
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order, each with its own copy of its payload."""
+        require_lookup(saga_id, "saga id")
         with self._lock:
             stored = list(self._sagas.get(saga_id, ()))
         return [entry if type(entry.payload) in _IMMUTABLE else _copied(entry) for entry in stored]
@@ -232,6 +237,7 @@ class InMemoryJournal:
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
         """Return saga ids in ascending order, after `after`."""
+        require_lookup(after, "listing position (after)")
         with self._lock:
             ids = sorted(self._sagas)
         start = 0 if after is None else bisect.bisect_right(ids, after)
@@ -241,6 +247,8 @@ class InMemoryJournal:
         self, *, after: tuple[str, int] | None = None, limit: int = 1000
     ) -> list[JournalEntry]:
         """Return entries ordered by (saga_id, seq), after `after`."""
+        if after is not None:
+            require_lookup(after[0], "listing position (after)")
         result: list[JournalEntry] = []
         saga_after = None if after is None else after[0]
         if after is not None:

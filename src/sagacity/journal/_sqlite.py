@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sagacity._ids import require_id, require_lookup
 from sagacity._sqlite import TRIGGERS, connect
 from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
 from sagacity.journal._canonical import JsonValue
@@ -114,8 +115,10 @@ class SqliteJournal:
             AppendConflictError: `expected_seq` was given and is not the saga's last
                 seq; nothing was written.
             LeaseLostError: `fence` no longer holds the saga; nothing was written.
+            InvalidIdError: The saga id cannot be stored or shown (see `Sagacity.saga`).
             JournalError: The database refused the write.
         """
+        require_id(saga_id, "saga id")
         return self._group.append(
             AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
@@ -136,6 +139,7 @@ class SqliteJournal:
 
         Same guarantees and errors as `append`; see `GroupCommit.aappend` for cancellation.
         """
+        require_id(saga_id, "saga id")
         return await self._group.aappend(
             AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
@@ -312,6 +316,7 @@ class SqliteJournal:
 
         A lease taken over is journaled as TAKEN_OVER in the same transaction.
         """
+        require_id(saga_id, "saga id")
         cursor = self._cursor
         with self._lock:
             try:
@@ -401,12 +406,14 @@ class SqliteJournal:
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""
+        require_lookup(saga_id, "saga id")
         return self._select(
             f"SELECT {_COLUMNS} FROM sagacity_journal WHERE saga_id = ? ORDER BY seq", (saga_id,)
         )
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
         """Return saga ids in ascending order, after `after`."""
+        require_lookup(after, "listing position (after)")
         # ">= ''" when starting, so that even an empty saga id is listed.
         bound = ">= ''" if after is None else "> ?"
         params = (limit,) if after is None else (after, limit)
@@ -426,6 +433,7 @@ class SqliteJournal:
     ) -> list[JournalEntry]:
         """Return entries ordered by (saga_id, seq), after `after`."""
         saga_id, seq = after if after is not None else ("", 0)
+        require_lookup(saga_id, "listing position (after)")
         return self._select(
             f"SELECT {_COLUMNS} FROM sagacity_journal "
             "WHERE (saga_id, seq) > (?, ?) ORDER BY saga_id, seq LIMIT ?",

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from sagacity._ids import require_id
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import JournalError
 from sagacity.journal._canonical import canonical_bytes, decode_canonical
@@ -89,20 +90,22 @@ class PostgresApprovalStore:
             )
 
     def get(self, request_id: str) -> ApprovalRequest | None:
-        """Return the request, or None."""
+        """Return the request, or None; `InvalidIdError` for an id no request can have."""
+        require_id(request_id, "request id")
         return self._run(
             lambda: f"cannot read approval request {request_id}",
             lambda conn: self._get(conn, request_id),
         )
 
     def pending(self, saga_id: str | None = None) -> list[ApprovalRequest]:
-        """Return stored requests, oldest first."""
+        """Return stored requests, oldest first; `InvalidIdError` for a saga id no saga has."""
         if saga_id is None:
             rows = self._run(
                 lambda: "cannot list pending approval requests",
                 lambda conn: conn.execute(self._sql_all).fetchall(),
             )
         else:
+            require_id(saga_id, "saga id")
             rows = self._run(
                 lambda: f"saga {saga_id!r}: cannot list its pending approval requests",
                 lambda conn: conn.execute(self._sql_saga, (saga_id,)).fetchall(),
@@ -111,6 +114,7 @@ class PostgresApprovalStore:
 
     def delete(self, request_id: str) -> None:
         """Consume a request; deleting one that is gone is not an error."""
+        require_id(request_id, "request id")
         self._run(
             lambda: f"cannot delete approval request {request_id}",
             lambda conn: conn.execute(self._sql_delete, (request_id,)).rowcount,

@@ -49,6 +49,7 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+from sagacity._ids import require_id, require_lookup
 from sagacity.errors import AppendConflictError, JournalError, LeaseLostError, SerializationError
 from sagacity.journal._canonical import JsonValue, canonical_bytes
 from sagacity.journal._entry import (
@@ -453,9 +454,11 @@ class PostgresJournal:
             AppendConflictError: `expected_seq` was given and is not the saga's last
                 seq; nothing was written.
             LeaseLostError: `fence` no longer holds the saga; nothing was written.
+            InvalidIdError: The saga id cannot be stored or shown (see `Sagacity.saga`).
             JournalError: The entry could not be committed (the message says whether it
                 was surely not written, or may have been); it is never silently dropped.
         """
+        require_id(saga_id, "saga id")
         request = AppendRequest(
             saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
         )
@@ -486,6 +489,7 @@ class PostgresJournal:
 
         Same guarantees and errors as `append`; see `committed` for cancellation.
         """
+        require_id(saga_id, "saga id")
         writer = self._loop_writer(lambda: f"saga {saga_id!r}: cannot append {phase.value}")
         request = AppendRequest(
             saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
@@ -733,6 +737,7 @@ class PostgresJournal:
         A lease taken over (expired, never released, its saga not ended) is journaled as
         TAKEN_OVER in the same transaction (`sagacity_take_lease`).
         """
+        require_id(saga_id, "saga id")
         leases = self._leases
         take = self._take(saga_id, owner, now, expires_at)
         return self._took(
@@ -749,6 +754,7 @@ class PostgresJournal:
 
         Takes that overlap go together, in one statement (`LoopWriter.take_lease`).
         """
+        require_id(saga_id, "saga id")
         take = self._take(saga_id, owner, now, expires_at)
         writer = self._loop_writer(lambda: self._leases.acquiring(saga_id))
         return self._took(await writer.take_lease(take))
@@ -933,6 +939,7 @@ class PostgresJournal:
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""
+        require_lookup(saga_id, "saga id")
         rows = self._db.run(
             lambda: f"saga {saga_id!r}: cannot read the journal in {self._db.settings.where}",
             lambda conn: conn.execute(self._sql_entries, (saga_id,)).fetchall(),
@@ -941,6 +948,7 @@ class PostgresJournal:
 
     async def aentries(self, saga_id: str) -> list[JournalEntry]:
         """`entries` for async code, on the loop's async connections."""
+        require_lookup(saga_id, "saga id")
 
         def steps() -> Steps[list[tuple[Any, ...]]]:
             _, rows = yield Statement(self._sql_entries, (saga_id,), ALL)
@@ -963,6 +971,7 @@ class PostgresJournal:
 
     def list_sagas(self, *, after: str | None = None, limit: int = 100) -> list[str]:
         """Return saga ids in ascending order (by code point), after `after`."""
+        require_lookup(after, "listing position (after)")
         rows = self._db.run(
             lambda: f"cannot list the sagas in {self._db.settings.where}",
             lambda conn: conn.execute(
@@ -977,6 +986,7 @@ class PostgresJournal:
     ) -> list[JournalEntry]:
         """Return entries ordered by (saga_id, seq), after `after`: one index range scan."""
         saga_id, seq = after if after is not None else ("", 0)
+        require_lookup(saga_id, "listing position (after)")
         rows = self._db.run(
             lambda: f"cannot read the journal in {self._db.settings.where} after {after!r}",
             lambda conn: conn.execute(self._sql_page, (saga_id, seq, limit)).fetchall(),
