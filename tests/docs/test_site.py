@@ -100,3 +100,15 @@ class TestSite:
         assert missing == []
         assert 'id="sagacity.Sagacity.resume_saga"' in html
         assert 'id="sagacity.integrations.langchain.InMemoryCheckpointerWarning"' in html
+
+    def test_the_api_reference_opens_with_the_facade_and_the_decorators(self, site: Path) -> None:
+        """`Sagacity`, `compensable` and `compensation` come first; the errors come last."""
+        import sagacity
+
+        html = (site / "reference" / "api.html").read_text(encoding="utf-8")
+        main = html[: html.index('id="sagacityaudit"')]  # the `sagacity` section only
+        documented = re.findall(r'<h[2-6] id="sagacity\.(?:annotations\.)?(\w+)"', main)
+        assert documented[:3] == ["Sagacity", "compensable", "compensation"]
+        errors = [name for name in sagacity.__all__ if name.endswith(("Error", "Warning"))]
+        assert documented[-len(errors) :] == errors
+        assert sorted(documented) == sorted(sagacity.__all__)
