@@ -34,6 +34,29 @@ class TestReadme:
             "SagaOutcome.COMPENSATED",
         ]
 
+    def test_says_to_serve_the_site_not_to_open_its_file(self) -> None:
+        """The site's search needs a server: the README says how to serve it, not a file:// path."""
+        text = (ROOT / "README.md").read_text(encoding="utf-8")
+        assert "site/index.html" not in text
+        assert "python -m http.server -d site" in text
+        assert "mkdocs serve" in text
+        assert "search works when the site is served: python -m http.server -d site" in (
+            ROOT / "mkdocs.yml"
+        ).read_text(encoding="utf-8")
+
+    def test_says_what_make_test_takes_and_installs(self) -> None:
+        """The README's make test: its time on two cores, and the chromium the Makefile installs."""
+        readme = (ROOT / "README.md").read_text(encoding="utf-8")
+        makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+        (test_target,) = re.findall(r"^test: (.*)$", makefile, re.M)
+        assert "browser" in test_target.split()
+        browser = makefile.split("\nbrowser:\n", 1)[1].split("\n\n", 1)[0]
+        assert "apt-get install -y -qq chromium" in browser
+        first_block = readme.split("```")[1]
+        assert "about 3\u20136 minutes on two cores" in first_block
+        assert "installs Debian's chromium with apt if missing" in first_block
+        assert "`make test` takes\nabout 3\u20136 minutes on two cores" in readme
+
     def test_links_into_the_site(self) -> None:
         """The README points to the quick start, the tutorials and the API reference."""
         text = (ROOT / "README.md").read_text(encoding="utf-8")
