@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import asyncio
 import os
 import subprocess
 import sys
@@ -56,13 +55,12 @@ def run_program(example: Example, program: Path, folder: Path) -> str:
 
 
 class PageRunner:
-    """Runs the blocks of one page top to bottom in one module namespace and one event loop."""
+    """Runs the blocks of one page top to bottom in one module namespace, as one script."""
 
     def __init__(self, name: str, capfd: pytest.CaptureFixture[str], folder: Path) -> None:
         self.module = types.ModuleType(name)
         self.capfd = capfd
         self.folder = folder
-        self.loop = asyncio.new_event_loop()
 
     def __enter__(self) -> PageRunner:
         # Registered, so that dataclasses, pydantic and pickle find the page's classes.
@@ -71,9 +69,6 @@ class PageRunner:
 
     def __exit__(self, *exc_info: object) -> None:
         sys.modules.pop(self.module.__name__, None)
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        self.loop.close()
-        asyncio.set_event_loop(None)
 
     def run(self, example: Example) -> str:
         """Run one block; what it printed."""
@@ -83,12 +78,56 @@ class PageRunner:
             return run_program(example, program, self.folder)
         # Padded so that a traceback's line numbers are the page's.
         source = "\n" * example.block.line + example.block.code
-        code = compile(source, example.block.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        result = eval(code, self.module.__dict__)  # the page's own code, as a reader runs it
-        if asyncio.iscoroutine(result):
-            asyncio.set_event_loop(self.loop)
-            try:
-                self.loop.run_until_complete(result)
-            finally:
-                asyncio.set_event_loop(None)
+        code = compile_as_script(source, example.block.where)
+        exec(code, self.module.__dict__)  # the page's own code, as a reader runs it
         return self.capfd.readouterr().out
+
+
+def compile_as_script(source: str, where: str) -> types.CodeType:
+    """`source` compiled as `python page.py` compiles it: a top-level `await` is refused.
+
+    A reader pastes a page's blocks into a file and runs it; `await` outside a function
+    runs only in a notebook or an async REPL, so a page awaits through `asyncio.run(...)`.
+    """
+    try:
+        return compile(source, where, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        try:
+            compile(source, where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        except SyntaxError:
+            raise error from None
+        pytest.fail(
+            f"{where}: line {error.lineno}: {error.msg}: it does not run as a script; "
+            "await through asyncio.run(...)"
+        )
+
+
+def run_as_script(page: Path, examples: list[Example], folder: Path) -> None:
+    """Run the page's in-page blocks as one file with `python`.
+
+    Fails unless it exits 0 and prints each output the page shows, in order. The file is
+    not named after the page: `pydantic_ai.py` would shadow the framework it imports.
+    """
+    script = folder / "docs_page_script.py"
+    script.write_text("\n".join(example.block.code for example in examples), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=folder,
+        env=script_environment(),
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_TIMEOUT,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(
+            f"{page.name} run as a script exited {done.returncode}\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
+    printed = normalised(done.stdout)
+    for example in examples:
+        if example.expected is None:
+            continue
+        shown = normalised(example.expected)
+        assert shown in printed, f"{example.block.where}: the script does not print it"
+        printed = printed[printed.index(shown) + len(shown) :]

@@ -17,7 +17,7 @@ from tests.docs._blocks import (
     pages,
     unaccounted,
 )
-from tests.docs._run import EXAMPLES, PageRunner, normalised
+from tests.docs._run import EXAMPLES, PageRunner, normalised, run_as_script
 
 PAGES = pages()
 
@@ -252,22 +252,70 @@ class TestConvention:
         with pytest.raises(pytest.fail.Exception, match=r"(?s)exited 1.*started.*no database"):
             run_page(page, tmp_path, monkeypatch, capfd)
 
-    def test_blocks_share_one_namespace_and_top_level_await_runs(
+    def test_blocks_share_one_namespace_and_asyncio_run_runs(
         self,
         tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch,
         capfd: pytest.CaptureFixture[str],
     ) -> None:
-        """A later block sees an earlier block's names; `await` at top level runs on one loop."""
+        """A later block sees an earlier block's names; `asyncio.run` runs as in a script."""
         page = self.write(
             tmp_path,
             "```python\nimport asyncio\nvalue = 41\n```\n\n"
-            "```python\nawait asyncio.sleep(0)\nprint(value + 1)\n```\n",
+            "```python\nasyncio.run(asyncio.sleep(0))\nprint(value + 1)\n```\n",
         )
         monkeypatch.chdir(tmp_path)
         with PageRunner("docs_convention_shared", capfd, tmp_path) as runner:
             printed = [runner.run(example) for example in examples(page)]
         assert printed == ["", "42\n"]
+
+    def test_a_top_level_await_fails_as_in_a_script(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str],
+    ) -> None:
+        """`await` outside a function runs in a notebook, not in `python page.py`: refused."""
+        page = self.write(
+            tmp_path, "```python\nimport asyncio\n\nawait asyncio.sleep(0)\nprint(1)\n```\n"
+        )
+        with pytest.raises(pytest.fail.Exception) as failed:
+            run_page(page, tmp_path, monkeypatch, capfd)
+        assert str(failed.value).startswith(
+            f"{page}:1: line 4: 'await' outside function: it does not run as a script; "
+            "await through asyncio.run(...)"
+        )
+        assert capfd.readouterr().out == ""
+
+    def test_a_syntax_error_is_raised_as_it_is(
+        self,
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str],
+    ) -> None:
+        """Any other syntax error is Python's own, naming the page and the line."""
+        page = self.write(tmp_path, "```python\nprint(1\n```\n")
+        with pytest.raises(SyntaxError) as raised:
+            run_page(page, tmp_path, monkeypatch, capfd)
+        assert raised.value.filename == f"{page}:1"
+
+
+SCRIPT_PAGES = sorted((ROOT / "docs" / "integrations").glob("*.md"))
+"""Pages a reader copies into a file and runs: each framework's page."""
+
+
+class TestScripts:
+    @pytest.mark.parametrize(
+        "page", [p for p in SCRIPT_PAGES if _runs_code(p) and not needs_postgres(p)], ids=page_id
+    )
+    def test_the_page_runs_as_one_script(self, page: Path, tmp_path: Path) -> None:
+        """The page's blocks, pasted into one file, run with `python` and print what it shows."""
+        run_as_script(page, examples(page), tmp_path)
+
+    def test_the_openai_agents_and_pydantic_ai_pages_are_run_as_scripts(self) -> None:
+        """The pages that opened with a top-level `await` are among those run as scripts."""
+        names = {page.name for page in SCRIPT_PAGES if _runs_code(page)}
+        assert {"openai_agents.md", "pydantic_ai.md"} <= names
 
 
 class TestTutorials:
