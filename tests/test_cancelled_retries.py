@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -18,6 +18,7 @@ import pytest
 
 from sagacity import CompensationContext, Phase, Sagacity, SagaOutcome, compensable
 from sagacity.audit import verify
+from tests._postgres import postgres_url_for
 from tests.test_async_journal import AsyncAppends, released_after, until, writes_held
 
 CALL_PHASES = (Phase.INTENT, Phase.EXECUTED, Phase.FAILED)
@@ -275,6 +276,101 @@ class TestCancelledAsTheFailureCommits:
             )
             assert isinstance(result.error, ConnectionError)
             assert shown(sagacity, "cut") == [*CUT_RETRY[:4], *CUT_RETRY[6:]]
+        finally:
+            held.close()
+            sagacity.close()
+
+
+class SeqHeld:
+    """PostgreSQL: another transaction holds, uncommitted, one row of a saga's journal.
+
+    An append of that seq waits for it; the appends before it commit.
+    """
+
+    def __init__(self, sagacity: Sagacity, saga_id: str, seq: int) -> None:
+        import psycopg
+
+        database = sagacity.journal.database  # type: ignore[attr-defined]
+        self.conn = psycopg.connect(database.settings.conninfo, autocommit=False)
+        self.watch = psycopg.connect(database.settings.conninfo, autocommit=True)
+        self.conn.execute(
+            f"INSERT INTO {database.tables.journal} VALUES "
+            "(%s, %s, 'INTENT', NULL, NULL, NULL, 'null', '', '', '')",
+            (saga_id, seq),
+        )
+
+    def waiting(self) -> bool:
+        """Whether an append waits for the held row."""
+        (count,) = self.watch.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+            (self.conn.info.backend_pid,),
+        ).fetchone()  # type: ignore[misc]
+        return bool(count)
+
+    def let_go(self) -> None:
+        self.conn.rollback()
+
+    def close(self) -> None:
+        self.conn.rollback()
+        self.conn.close()
+        self.watch.close()
+
+
+@pytest.fixture
+def postgres_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh schema of the PostgreSQL test server."""
+    yield from postgres_url_for(request)
+
+
+class TestCancelledAsTheRetryCommits:
+    async def test_a_retry_intent_committed_under_a_cancel_is_answered_not_started(
+        self, postgres_url: str
+    ) -> None:
+        """PostgreSQL: cancelled while the second attempt's INTENT commits, FAILED follows.
+
+        The retried FAILED lands, the next INTENT waits for the database and is cancelled
+        there; committed all the same, it is answered by FAILED `not_started`. The tool
+        runs once, and the saga, whose work swallowed the cancel, is compensated.
+        """
+        sagacity = Sagacity.from_url(postgres_url)
+        held = contextlib.ExitStack()
+        holds: list[SeqHeld] = []
+        failing = asyncio.Event()
+
+        class HeldPayments(Payments):
+            @compensable(by="refund", retries=2, retry_on=ConnectionError, backoff=0.0)
+            async def charge(self, amount: str) -> str:
+                """Charge a card; the retry's INTENT (seq 5) waits for the database."""
+                holds.append(SeqHeld(sagacity, "cut", 5))
+                held.callback(holds[0].close)
+                held.enter_context(released_after(holds[0].let_go))
+                failing.set()
+                return await super().charge(amount)
+
+        payments = HeldPayments()
+        tools = {tool.name: tool for tool in sagacity.wrap(payments)}
+
+        async def work() -> str:
+            await tools["reserve"]("SKU-1")
+            charging = asyncio.create_task(tools["charge"]("10.00"))
+            await failing.wait()
+            await until(holds[0].waiting, "the next INTENT waits for the held row")
+            charging.cancel()
+            await asyncio.sleep(0.05)
+            held.close()
+            with contextlib.suppress(asyncio.CancelledError):
+                await charging
+            return "done"
+
+        try:
+            result = await sagacity.asaga("cut", work)
+            assert (result.outcome, result.value, payments.attempts) == (
+                SagaOutcome.COMPENSATED,
+                "done",
+                1,
+            )
+            assert isinstance(result.error, ConnectionError)
+            assert shown(sagacity, "cut") == CUT_RETRY
         finally:
             held.close()
             sagacity.close()
