@@ -8,17 +8,19 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.testclient import TestClient
 
 from sagacity import Phase, Sagacity
-from sagacity.server import router
+from sagacity.server import Principal, TokenAuth, router
 from sagacity.server._auth import bind
 from sagacity.server._workflow_routes import workflow_router
 from sagacity.testing import FakeClock
 from sagacity.workflows import WorkflowRuntime
-from tests.server._bank import ALICE, BOB, OLGA, VIEWER, token_auth
+from tests.server._bank import ALICE, BOB, OLGA, TOKENS, VIEWER, bearer, token_auth
+from tests.server._live import live_server
 from tests.workflows._refund import REQUEST, Ledger, RefundWorkflow
 
 RUN = "refund-1"
@@ -238,6 +240,121 @@ class TestDeciding:
             headers=BOB,
         )
         assert response.json()["status"] == "COMPENSATED"
+
+
+DORA = bearer("tok-dora")
+"""Dora approves and resumes: both roles."""
+
+
+def both_roles_auth() -> TokenAuth:
+    """The test principals, and dora, who is an approver and an operator."""
+    return TokenAuth.from_tokens(
+        {**TOKENS, "tok-dora": Principal("dora", frozenset({"approver", "operator"}))}
+    )
+
+
+class TestApproveOverHttp:
+    """The approve route on a real server (uvicorn, HTTP): when it runs the stage, and not."""
+
+    def sha(self, base: str) -> str:
+        gate = httpx.get(f"{base}/sagacity/workflows/{RUN}", headers=VIEWER).json()["gate"]
+        sha: str = gate["input_sha256"]
+        return sha
+
+    def test_an_approver_who_is_an_operator_approves_and_the_run_goes_on(
+        self, served: tuple[Sagacity, WorkflowRuntime, Ledger]
+    ) -> None:
+        """Where the workflow is registered, approving with both roles runs the gated stages."""
+        paused(served)
+        app = FastAPI()
+        app.include_router(router(served[0], both_roles_auth(), ui=False))
+        with live_server(app) as base:
+            done = httpx.post(
+                f"{base}/sagacity/workflows/{RUN}/gates/wire/approve",
+                json={"sha256": self.sha(base)},
+                headers=DORA,
+            )
+        assert done.status_code == 200, done.text
+        body = done.json()
+        assert (body["status"], body["result"], body["gate"]) == (
+            "COMPLETED",
+            "notice-wire-A-17",
+            None,
+        )
+        assert flow(body) == [
+            ("reserve_funds", "EXECUTED"),
+            ("wire", "EXECUTED"),
+            ("notify", "EXECUTED"),
+        ]
+        assert served[2].lines() == [
+            "reserve A-17 120.00",
+            "wire 120.00 to DE89370400440532013000",
+            "notify wire-A-17",
+        ]
+        (entry,) = [e for e in served[0].history(RUN) if e.phase is Phase.APPROVED]
+        assert entry.payload["approver"] == "dora"
+
+    def test_an_approver_only_leaves_the_run_approved_for_an_operator(
+        self, served: tuple[Sagacity, WorkflowRuntime, Ledger]
+    ) -> None:
+        """Approving without the operator role records the approval and runs nothing."""
+        paused(served)
+        app = FastAPI()
+        app.include_router(router(served[0], both_roles_auth(), ui=False))
+        with live_server(app) as base:
+            approved = httpx.post(
+                f"{base}/sagacity/workflows/{RUN}/gates/wire/approve",
+                json={"sha256": self.sha(base)},
+                headers=ALICE,
+            )
+            assert approved.status_code == 200, approved.text
+            assert (approved.json()["status"], approved.json()["gate"]["state"]) == (
+                "PAUSED_AT_GATE",
+                "approved",
+            )
+            assert served[2].lines() == ["reserve A-17 120.00"]
+            resumed = httpx.post(f"{base}/sagacity/workflows/{RUN}/resume", headers=OLGA)
+        assert resumed.json()["status"] == "COMPLETED"
+        assert len(served[2].lines()) == 3
+
+    def test_where_the_workflow_is_not_registered(
+        self, tmp_path: Path, served: tuple[Sagacity, WorkflowRuntime, Ledger]
+    ) -> None:
+        """Without the workflow's runtime the gate route is 404; the approvals route approves.
+
+        The run then goes on where its workflow is registered.
+        """
+        paused(served)
+        elsewhere = Sagacity.from_url(f"sqlite:///{tmp_path / 'sagacity.db'}")
+        app = FastAPI()
+        app.include_router(router(elsewhere, both_roles_auth(), ui=False))
+        try:
+            with live_server(app) as base:
+                gate = served[1].get(RUN).gate
+                assert gate is not None
+                refused = httpx.post(
+                    f"{base}/sagacity/workflows/{RUN}/gates/wire/approve",
+                    json={"sha256": gate.input_sha256},
+                    headers=DORA,
+                )
+                assert refused.status_code == 404
+                assert refused.json()["message"] == (
+                    f"run {RUN!r}: no WorkflowRuntime is built in this server's process; build "
+                    "one on the served Sagacity (or pass it to workflow_router)"
+                )
+                approved = httpx.post(
+                    f"{base}/sagacity/approvals/{gate.request_id}/approve",
+                    json={"sha256": gate.input_sha256},
+                    headers=DORA,
+                )
+                assert approved.status_code == 200, approved.text
+                assert approved.json()["ready"] is True
+        finally:
+            elsewhere.close()
+        assert served[2].lines() == ["reserve A-17 120.00"]
+        assert served[1].get(RUN).gate.state == "approved"  # type: ignore[union-attr]
+        assert served[1].resume(RUN).status.value == "COMPLETED"
+        assert len(served[2].lines()) == 3
 
 
 class TestExpiry:

@@ -4,7 +4,8 @@
 runtime built in this process on the `Sagacity` the server serves (the one
 `sagacity.server.router` binds). Deciding is the approver's (the principal is journaled
 as the approver, never a name from the body); resuming — which runs the stage — is the
-operator's, as resuming an approved call is. A task started with the app expires timed-out
+operator's, as resuming an approved call is: a principal with both roles approves and
+resumes in one request. A task started with the app expires timed-out
 gates every `expire_interval` seconds.
 """
 
@@ -19,9 +20,9 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import APIRouter, FastAPI, Path, Query, Request
 from pydantic import BaseModel, ConfigDict
 
-from sagacity.errors import SagacityError, SagaNotFoundError
+from sagacity.errors import SagaBusyError, SagacityError, SagaNotFoundError
 from sagacity.saga import Sagacity
-from sagacity.server._auth import sagacity_of
+from sagacity.server._auth import OPERATOR, sagacity_of
 from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute
 from sagacity.server._models import ApproveBody, RejectBody
 from sagacity.server._routes import ID_PATTERN, Approver, Operator, Viewer
@@ -229,15 +230,24 @@ def workflow_router(
     ) -> RunModel:
         """Approve the value waiting at the gate, bound to the sha256 the approver saw.
 
-        The run does not go on by itself: an operator resumes it (`.../resume`).
+        A principal who is also an operator resumes the run here once the gate is approved
+        (by as many approvers as it needs): the response is the run after its stages ran.
+        An approver only leaves it PAUSED_AT_GATE, approved, for an operator to resume
+        (`.../resume`).
         """
-        return _run(
-            for_run(
-                request,
-                run_id,
-                lambda each: each.approve_gate(run_id, stage, principal.name, sha256=body.sha256),
-            )
-        )
+
+        def approve(each: WorkflowRuntime) -> WorkflowHandle:
+            handle = each.approve_gate(run_id, stage, principal.name, sha256=body.sha256)
+            if OPERATOR not in principal.roles or handle.gate is None:
+                return handle
+            if handle.gate.state != "approved":  # more approvers needed
+                return handle
+            try:
+                return each.resume(run_id)
+            except SagaBusyError:  # another worker holds the run and moves it on
+                return each.get(run_id)
+
+        return _run(for_run(request, run_id, approve))
 
     @api.post("/workflows/{run_id:path}/gates/{stage}/reject", response_model=RunModel)
     def reject_gate(
