@@ -32,21 +32,21 @@ _HEAD = "SELECT seq, hash FROM sagacity_journal WHERE saga_id = ? ORDER BY seq D
 _TOKEN = "SELECT token FROM sagacity_lease WHERE saga_id = ?"
 _ACQUIRE = (
     "INSERT INTO sagacity_lease (saga_id, owner, token, expires_at, since_seq) "
-    "VALUES (?1, ?2, 1, ?3, (SELECT coalesce(max(seq), 0) FROM sagacity_journal "
-    "WHERE saga_id = ?1)) "
+    "VALUES (:saga, :owner, 1, :expires, (SELECT coalesce(max(seq), 0) FROM sagacity_journal "
+    "WHERE saga_id = :saga)) "
     "ON CONFLICT (saga_id) DO UPDATE SET owner = excluded.owner, token = token + 1, "
     "expires_at = excluded.expires_at, since_seq = excluded.since_seq "
-    "WHERE sagacity_lease.expires_at <= ?4 "
+    "WHERE sagacity_lease.expires_at <= :now "
     # A saga ended since the lease was taken is free: its holder has nothing left to do.
-    "OR EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = ?1 AND j.phase = 'ENDED' "
+    "OR EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = :saga AND j.phase = 'ENDED' "
     "AND j.seq > sagacity_lease.since_seq) RETURNING token"
 )
 _HOLDER = "SELECT owner, token, expires_at FROM sagacity_lease WHERE saga_id = ?"
 # A lease that expired unreleased, its saga not ended since it was taken: its holder may
 # still be running, so taking it over is journaled (TAKEN_OVER).
 _LIVE = (
-    "SELECT 1 FROM sagacity_lease l WHERE l.saga_id = ?1 AND l.expires_at > ?2 "
-    "AND NOT EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = ?1 "
+    "SELECT 1 FROM sagacity_lease l WHERE l.saga_id = :saga AND l.expires_at > :released "
+    "AND NOT EXISTS (SELECT 1 FROM sagacity_journal j WHERE j.saga_id = :saga "
     "AND j.phase = 'ENDED' AND j.seq > l.since_seq)"
 )
 _SET_EXPIRY = "UPDATE sagacity_lease SET expires_at = ? WHERE saga_id = ? AND token = ?"
@@ -322,9 +322,17 @@ class SqliteJournal:
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 try:
-                    live = cursor.execute(_LIVE, (saga_id, lease_time(RELEASED))).fetchone()
+                    live = cursor.execute(
+                        _LIVE, {"saga": saga_id, "released": lease_time(RELEASED)}
+                    ).fetchone()
                     granted = cursor.execute(
-                        _ACQUIRE, (saga_id, owner, lease_time(expires_at), lease_time(now))
+                        _ACQUIRE,
+                        {
+                            "saga": saga_id,
+                            "owner": owner,
+                            "expires": lease_time(expires_at),
+                            "now": lease_time(now),
+                        },
                     ).fetchall()
                     held = None if granted else cursor.execute(_HOLDER, (saga_id,)).fetchone()
                     head = cursor.execute(_HEAD, (saga_id,)).fetchone()
