@@ -79,7 +79,7 @@ class TestSqlite:
         assert done.stdout.splitlines()[0].startswith(
             "journal table: the append-only trigger sagacity_journal_no_update is missing"
         )
-        assert done.stdout.splitlines()[-1] == "1 sagas, 1 entries: 1 broken"
+        assert done.stdout.splitlines()[-1] == "1 saga, 1 entry: 1 broken"
 
     def test_a_trigger_that_no_longer_refuses_counts_as_missing(self, tmp_path: Path) -> None:
         """Re-creating the trigger under its name with a harmless body does not hide it."""

@@ -253,7 +253,10 @@ class TestTheCommandItself:
         """The parser's own errors keep its exit status 2."""
         done = run_cli("resolve", "s", "c", "--by", "me")
         assert done.returncode == 2
-        assert "one of the arguments --executed --not-executed is required" in done.stderr
+        assert (
+            "one of the arguments --executed --not-executed --undone --not-undone is required"
+            in done.stderr
+        )
 
     def test_serve_checks_its_tokens_file(self, tmp_path: Path) -> None:
         """A serve with a tokens file that is not there: one line, exit 2, nothing started."""

@@ -82,4 +82,4 @@ class TestReadsCreateNothing:
             assert listed.returncode == 0, listed.stderr
             assert '"saga_id":"order-1","status":"OPEN","entries":1' in listed.stdout
             verified = run_cli("verify", "--database", url)
-            assert (verified.returncode, verified.stdout) == (0, "1 sagas, 1 entries: OK\n")
+            assert (verified.returncode, verified.stdout) == (0, "1 saga, 1 entry: OK\n")

@@ -229,14 +229,14 @@ class TestListings:
         """Status, entries, last activity, pending and in-doubt counts; filters narrow it."""
         lines = run_cli("sagas", "--database", demo_db).stdout.splitlines()
         assert cells(lines[0]) == [
-            "saga", "status", "entries", "last activity", "pending", "in doubt"
+            "saga", "status", "entries", "last activity", "pending", "in doubt", "worker"
         ]  # fmt: skip
         first = lines[1].split()
         assert first[:3] == ["order-1001", "COMPENSATED", "11"]
         assert first[-2:] == ["0", "0"]
         assert lines[2].split()[:3] == ["wire-1002", "COMPLETED", "5"]
         assert lines[3].split()[:3] == ["wire-1003", "AWAITING_APPROVAL", "1"]
-        assert lines[3].split()[-2:] == ["1", "0"]  # one request pending
+        assert cells(lines[3])[4:6] == ["1", "0"]  # one request pending
         only = run_cli("sagas", "--status", "completed", "--database", demo_db).stdout
         assert [line.split()[0] for line in only.splitlines()[1:]] == ["wire-1002"]
         limited = run_cli("sagas", "--limit", "1", "--database", demo_db).stdout
@@ -253,7 +253,7 @@ class TestListings:
         assert documents[2]["started_by"] == "shop-agent"
         assert set(documents[0]) == {
             "saga_id", "status", "entries", "first_at", "last_at", "pending", "in_doubt",
-            "started_by", "problem",
+            "started_by", "problem", "worker", "stalled",
         }  # fmt: skip
 
     @pytest.mark.parametrize(
@@ -338,7 +338,7 @@ class TestListings:
         sagacity.close()
         lines = run_cli("doubts", "--database", database).stdout.splitlines()
         assert cells(lines[0]) == [
-            "saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "why"
+            "saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "worker", "why"
         ]  # fmt: skip
         row = cells(lines[1])
         assert row[:5] == ["pay-1", "3", "charge#1", "charge", "call"]

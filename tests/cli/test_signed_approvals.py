@@ -133,15 +133,14 @@ class TestAForgedApprovalFromPlainSql:
         assert '"not_counted":[{"seq":2,"reason":"it carries no signature"}]' in listed.stdout
 
         shown = deployment.cli("show", "w-1")
-        approved_line = shown.stdout.splitlines()[3]
-        assert " APPROVED " in approved_line
+        (approved_line,) = [line for line in shown.stdout.splitlines() if " APPROVED " in line]
         assert approved_line.endswith("  unsigned: not counted (it carries no signature)")
 
         verified = deployment.cli("verify")
         assert verified.returncode == 1
         assert verified.stdout == (
             "saga 'w-1' seq 2: unsigned approval: the APPROVED entry naming approver 'bob' "
-            "does not count: it carries no signature\n1 sagas, 2 entries: 1 broken\n"
+            "does not count: it carries no signature\n1 saga, 2 entries: 1 broken\n"
         )
 
         # The forged row does not block the real approver; without a key they cannot sign.

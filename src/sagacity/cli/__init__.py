@@ -246,6 +246,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+_CORE_AMBIGUITY = "; name one with request_id"
+"""How the core ends the refusal of a saga with several pending requests and no id."""
+
+
 def _exit_code(error: SagacityError) -> int:
     if isinstance(error, DatabaseNotFoundError | SagaNotFoundError | ApprovalNotFoundError):
         return EXIT_NOT_FOUND
@@ -302,7 +306,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(name, str(error))
         return error.code
     except SagacityError as error:
-        _say(name, str(error))
+        message = str(error)
+        if isinstance(error, ApprovalNotFoundError) and message.endswith(_CORE_AMBIGUITY):
+            # The core names its keyword argument; here it is an option, and not naming
+            # one of several requests is a usage mistake.
+            _say(name, message.removesuffix(_CORE_AMBIGUITY) + "; name one with --request-id")
+            return EXIT_REFUSED
+        _say(name, message)
         return _exit_code(error)
     except BrokenPipeError:
         _silence_stdout()

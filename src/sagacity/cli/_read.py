@@ -15,6 +15,15 @@ import orjson
 
 from sagacity._display import journal_table
 from sagacity._history import SagaHistory, payload_of
+from sagacity._leasing import (
+    OPEN_STATUSES,
+    STALLED,
+    Worker,
+    is_stalled,
+    leases_of,
+    worker_of,
+    workers_of,
+)
 from sagacity._summary import STATUSES as STATUS_SET
 from sagacity._summary import SagaSummary, iter_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
@@ -39,11 +48,19 @@ from sagacity.errors import JournalError, SagaNotFoundError
 from sagacity.journal import JournalEntry
 from sagacity.saga import Sagacity
 
-__all__ = ["STATUSES", "doubts", "export", "pending", "sagas", "show", "verify_command"]
+__all__ = [
+    "STATUSES",
+    "counted",
+    "doubts",
+    "export",
+    "pending",
+    "sagas",
+    "show",
+    "verify_command",
+]
 
-STATUSES = tuple(sorted(STATUS_SET))
+STATUSES = tuple(sorted(STATUS_SET | {STALLED}))
 """Every status `sagacity sagas --status` takes."""
-
 
 _DURATION = re.compile(r"(\d+)([smhd])")
 
@@ -70,69 +87,127 @@ def sagas(args: argparse.Namespace) -> int:
     """`sagacity sagas`."""
     if args.limit is not None and args.limit < 1:
         raise CliError(f"--limit must be at least 1, not {args.limit}")
-    status = args.status.upper() if args.status else None
-    if status is not None and status not in STATUS_SET:
-        raise CliError(f"--status {args.status!r} is not one of {', '.join(STATUSES)}")
+    wanted = _statuses(args.status)
     with opened(args) as sagacity:
         now = sagacity.now()
         since = parse_since(args.since, now) if args.since else None
-        rows: list[SagaSummary] = []
+        rows: list[tuple[SagaSummary, Worker | None]] = []
         cursor: str | None = None
+        # One status the journal knows is filtered while paging; STALLED (it needs the
+        # leases) and several statuses are filtered here, a page at a time.
+        single = next(iter(wanted)) if len(wanted) == 1 and STALLED not in wanted else None
         while True:
-            want = 1000 if args.limit is None else min(1000, args.limit - len(rows))
-            page = list_summaries(
-                sagacity.journal, status=status, since=since, limit=want, cursor=cursor
+            want = (
+                1000 if args.limit is None or single is None else min(1000, args.limit - len(rows))
             )
-            rows.extend(page.summaries)
+            page = list_summaries(
+                sagacity.journal, status=single, since=since, limit=want, cursor=cursor
+            )
+            workers = workers_of(sagacity.journal, page.summaries, now)
+            for summary in page.summaries:
+                worker = workers.get(summary.saga_id)
+                if not wanted or _status_of(summary, worker) & wanted:
+                    rows.append((summary, worker))
             cursor = page.next_cursor
-            if cursor is None or (args.limit is not None and len(rows) >= args.limit):
+            if args.limit is not None and len(rows) >= args.limit:
+                del rows[args.limit :]
+                break
+            if cursor is None:
                 break
     if args.json:
-        for summary in rows:
-            emit_json(summary.to_json())
+        for summary, worker in rows:
+            document = summary.to_json()
+            document["worker"] = None if worker is None else worker.to_json()
+            document["stalled"] = STALLED in _status_of(summary, worker)
+            emit_json(document)
         return EXIT_OK
     emit_table(
-        ("saga", "status", "entries", "last activity", "pending", "in doubt"),
+        ("saga", "status", "entries", "last activity", "pending", "in doubt", "worker"),
         [
             (
                 s.saga_id,
-                s.status if s.problem is None else f"{s.status} ({s.problem})",
+                _status_text(s, worker),
                 str(s.entries),
                 "" if s.last_at is None else f"{s.last_at} ({age(s.last_at, now)} ago)",
                 str(s.pending),
                 str(s.in_doubt),
+                "" if worker is None else worker.describe(),
             )
-            for s in rows
+            for s, worker in rows
         ],
-        empty="no sagas match" if status or since or args.limit else "the journal holds no sagas",
+        empty="no sagas match" if wanted or since or args.limit else "the journal holds no sagas",
     )
     return EXIT_OK
 
 
+def _statuses(option: str | None) -> frozenset[str]:
+    """`--status A,B`: the statuses asked for, upper-cased; empty for all."""
+    if not option:
+        return frozenset()
+    names = frozenset(name.strip().upper() for name in option.split(",") if name.strip())
+    unknown = sorted(names - STATUS_SET - {STALLED})
+    if unknown or not names:
+        named = ",".join(unknown) if len(names) > 1 else option
+        raise CliError(
+            f"--status {named!r} is not one of {', '.join(STATUSES)} (give one, or several "
+            "separated by commas)"
+        )
+    return names
+
+
+def _status_of(summary: SagaSummary, worker: Worker | None) -> set[str]:
+    """The statuses a saga matches: its own, and STALLED for an OPEN one nobody works on."""
+    return {summary.status, STALLED} if is_stalled(summary, worker) else {summary.status}
+
+
+def _status_text(summary: SagaSummary, worker: Worker | None) -> str:
+    if summary.problem is not None:
+        return f"{summary.status} ({summary.problem})"
+    if STALLED in _status_of(summary, worker):
+        return f"{summary.status} ({STALLED}: no live worker)"
+    return summary.status
+
+
 def show(args: argparse.Namespace) -> int:
-    """`sagacity show SAGA`."""
+    """`sagacity show SAGA`: exit 1, with a warning, if its chain does not verify."""
     with opened(args) as sagacity:
         entries = sagacity.journal.entries(args.saga)
         unsigned = unsigned_approvals(sagacity.approval.policy, args.saga, entries)
-    if not entries:
-        raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
-    summary = summary_of(args.saga, entries)
+        if not entries:
+            raise SagaNotFoundError(f"saga {args.saga!r} has no journal entries")
+        summary = summary_of(args.saga, entries)
+        now = sagacity.now()
+        worker = workers_of(sagacity.journal, [summary], now).get(args.saga)
+        report = verify(
+            sagacity.journal,
+            args.saga,
+            approval_public_keys=sagacity.approval.policy.public_keys.values(),
+        )
+    # An unsigned approval is marked on its row already; what is left is an edited chain.
+    problems = [p for p in report.problems if p.seq not in unsigned]
     history = SagaHistory.of(args.saga, entries)
     if args.json:
         emit_json(
             {
                 "saga_id": args.saga,
                 "status": summary.status,
+                "stalled": STALLED in _status_of(summary, worker),
+                "worker": None if worker is None else worker.to_json(),
                 "entries": [entry.to_json() for entry in history.entries],
                 "not_counted": [{"seq": seq, "reason": why} for seq, why in unsigned.items()],
+                "problems": [{"seq": p.seq, "reason": p.reason} for p in problems],
             }
         )
-        return EXIT_OK
+        return EXIT_PROBLEM if problems else EXIT_OK
     heading = (
-        f"saga {args.saga}: {summary.status}, {summary.entries} entries, "
+        f"saga {args.saga}: {_status_text(summary, worker)}, {counted(summary.entries, 'entry')}, "
         f"{summary.first_at} to {summary.last_at}"
     )
     sys.stdout.write(printable(heading) + "\n")
+    if worker is not None:
+        sys.stdout.write(printable(f"worker: {worker.describe()}") + "\n")
+    for problem in problems:
+        sys.stdout.write(printable(f"TAMPERED at seq {problem.seq}: {problem.reason}") + "\n")
     if history.ended is not None:
         error = (
             history.ended.payload.get("error") if isinstance(history.ended.payload, dict) else None
@@ -151,7 +226,26 @@ def show(args: argparse.Namespace) -> int:
             payload = orjson.dumps(entry.payload).decode()
             mark = _not_counted(unsigned, entry.seq)
             sys.stdout.write(printable(f"{entry.seq}: {payload}{mark}") + "\n")
+    if problems:
+        sys.stdout.flush()
+        first = problems[0]
+        sys.stderr.write(
+            printable(
+                f"sagacity show: warning: saga {args.saga!r} was changed after it was "
+                f"journaled (seq {first.seq}: {first.reason}); what is shown from there on "
+                f"cannot be trusted: 'sagacity verify --saga {args.saga}' checks it"
+            )
+            + "\n"
+        )
+        return EXIT_PROBLEM
     return EXIT_OK
+
+
+def counted(number: int, word: str) -> str:
+    """`1 entry`, `2 entries`, `1 saga`, `3 sagas`."""
+    if number == 1:
+        return f"1 {word}"
+    return f"{number} {word[:-1]}ies" if word.endswith("y") else f"{number} {word}s"
 
 
 def _not_counted(unsigned: dict[int, str], seq: int) -> str:
@@ -216,7 +310,8 @@ def verify_command(args: argparse.Namespace) -> int:
             verdict = "OK"
         else:
             verdict = f"{len(report.problems) + len(report.store_problems)} broken"
-        sys.stdout.write(f"{report.sagas} sagas, {report.entries} entries{against}: {verdict}\n")
+        totals = f"{counted(report.sagas, 'saga')}, {counted(report.entries, 'entry')}"
+        sys.stdout.write(f"{totals}{against}: {verdict}\n")
     return EXIT_OK if report.ok and not nothing else EXIT_PROBLEM
 
 
@@ -249,7 +344,7 @@ def export(args: argparse.Namespace) -> int:
         except BaseException:
             partial.unlink(missing_ok=True)
             raise
-    sys.stderr.write(f"exported {count} entries to {args.output}\n")
+    sys.stderr.write(f"exported {counted(count, 'entry')} to {args.output}\n")
     return EXIT_OK
 
 
@@ -358,12 +453,20 @@ def doubts(args: argparse.Namespace) -> int:
     with opened(args) as sagacity:
         now = sagacity.now()
         found = list(iter_doubts(sagacity.journal))
+        open_ids = sorted({d.saga_id for d in found if d.saga_status in OPEN_STATUSES})
+        leases = leases_of(sagacity.journal, open_ids)
+    # A doubt's own time is no saga's last activity: a saga let go without a lease row
+    # is said to have no live worker, without a time.
+    workers = {saga_id: worker_of(leases.get(saga_id), now, None) for saga_id in open_ids}
     if args.json:
         for doubt in found:
-            emit_json(doubt.to_json())
+            document = doubt.to_json()
+            worker = workers.get(doubt.saga_id)
+            document["worker"] = None if worker is None else worker.to_json()
+            emit_json(document)
         return EXIT_OK
     emit_table(
-        ("saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "why"),
+        ("saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "worker", "why"),
         [
             (
                 d.saga_id,
@@ -373,6 +476,7 @@ def doubts(args: argparse.Namespace) -> int:
                 d.kind,
                 f"{d.recorded_at} ({age(d.recorded_at, now)} ago)",
                 d.saga_status,
+                "" if d.saga_id not in workers else workers[d.saga_id].describe(),
                 d.reason,
             )
             for d in found

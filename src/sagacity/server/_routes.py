@@ -19,6 +19,7 @@ from urllib.parse import quote, unquote
 import orjson
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.datastructures import Headers
 from starlette.routing import Match
@@ -26,7 +27,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
-from sagacity._summary import list_doubts, list_summaries, summary_of
+from sagacity._leasing import STALLED, Worker, is_stalled, workers_of
+from sagacity._summary import SagaSummary, list_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
 from sagacity.audit._export import CSV_FIELDS, csv_row
@@ -57,7 +59,6 @@ from sagacity.server._models import (
     RejectBody,
     ResolveBody,
     SagaDetail,
-    SagaPage,
     SagaResultModel,
     SagaSummaryModel,
     StatusName,
@@ -188,6 +189,52 @@ class BodyLimit:
         await self.app(scope, limit_body(receive, self.max_body_bytes), send)
 
 
+class WorkerModel(BaseModel):
+    """Who works on a saga that has not ended, read from its lease (docs/server.md)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    live: bool
+    """A worker holds the saga's lease now."""
+    holder: str | None
+    """The lease's holder (host:pid:…); null when the lease was let go or never taken."""
+    expires_at: str | None
+    """When the holder's lease expires (RFC 3339 UTC); null when it was let go."""
+    since: str | None
+    """With no live worker: since when; null while one holds it, or when `gone`."""
+    gone: bool
+    """Its lease runs, but its holder's process, on this server's host, is gone."""
+
+
+class SagaListItem(SagaSummaryModel):
+    """How one saga stands, and who works on it."""
+
+    worker: WorkerModel | None = None
+    """null for a saga that ended."""
+    stalled: bool = False
+    """An OPEN saga that no live worker holds: its worker died, or nothing runs it."""
+
+    @classmethod
+    def of_worker(cls, summary: SagaSummary, worker: Worker | None) -> SagaListItem:
+        return cls.model_validate(
+            {
+                **summary.to_json(),
+                "worker": None if worker is None else worker.to_json(),
+                "stalled": is_stalled(summary, worker),
+            }
+        )
+
+
+class SagaListPage(BaseModel):
+    """One page of sagas, by ascending saga id."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    sagas: list[SagaListItem]
+    next_cursor: str | None
+    """Pass as `cursor` for the next page; null when there is no more."""
+
+
 class _IdRoute(SagacityRoute):
     """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path.
 
@@ -314,10 +361,10 @@ def api_router(
     )
     api = APIRouter(route_class=route_class, responses=ERROR_RESPONSES)
 
-    @api.get("/sagas", response_model=SagaPage, tags=["sagas"])
+    @api.get("/sagas", response_model=SagaListPage, tags=["sagas"])
     def list_sagas(
         _: Viewer,
-        status: StatusName | None = None,
+        status: StatusName | Literal["STALLED"] | None = None,
         since: Annotated[
             str | None,
             Query(
@@ -329,14 +376,27 @@ def api_router(
         cursor: Annotated[
             str | None, Query(description="next_cursor of the last page", **_ID)
         ] = None,
-    ) -> SagaPage:
-        """List sagas by ascending saga id, with how each stands; page with `cursor`."""
+    ) -> SagaListPage:
+        """List sagas by ascending saga id, with how each stands and its worker.
+
+        `status=STALLED` lists the OPEN sagas with no live worker (docs/server.md); its
+        page may hold fewer than `limit` with `next_cursor` still set.
+        """
+        stalled_only = status == STALLED
         page = list_summaries(
-            sagacity.journal, status=status, since=_since(since), limit=limit, cursor=cursor
+            sagacity.journal,
+            status="OPEN" if stalled_only else status,
+            since=_since(since),
+            limit=limit,
+            cursor=cursor,
         )
-        return SagaPage(
-            sagas=[SagaSummaryModel.of(s) for s in page.summaries], next_cursor=page.next_cursor
-        )
+        workers = workers_of(sagacity.journal, page.summaries, sagacity.now())
+        listed = [
+            SagaListItem.of_worker(s, workers.get(s.saga_id))
+            for s in page.summaries
+            if not stalled_only or is_stalled(s, workers.get(s.saga_id))
+        ]
+        return SagaListPage(sagas=listed, next_cursor=page.next_cursor)
 
     @api.get(
         "/sagas/{saga_id:sagacity_id}/verify", response_model=VerificationModel, tags=["sagas"]

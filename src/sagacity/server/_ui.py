@@ -28,6 +28,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from sagacity._ids import require_id
+from sagacity._leasing import STALLED, Worker, is_stalled, workers_of
 from sagacity._summary import STATUSES, iter_doubts, list_summaries, summary_of
 from sagacity._unicode import principal_key
 from sagacity.approval import ApprovalRequest
@@ -75,6 +76,7 @@ _LISTED_STATUSES = (
     "AWAITING_APPROVAL",
     "NEEDS_ATTENTION",
     "COMPENSATION_FAILED",
+    STALLED,
     "OPEN",
     "SUSPENDED",
     "UNREADABLE",
@@ -345,9 +347,10 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         session, refused = await inbox.viewer(request)
         if session is None:
             return refused or Response(status_code=500)
-        if status and status not in STATUSES:
+        if status and status not in STATUSES and status != STALLED:
+            known = sorted({*STATUSES, STALLED})
             refusal = Refusal(
-                422, f"unknown status {status!r}; use one of {sorted(STATUSES)}", heading="Which?"
+                422, f"unknown status {status!r}; use one of {known}", heading="Which?"
             )
             return inbox.finish(request, inbox.refusal(request, refusal, session))
         journal = sagacity_of(request).journal
@@ -355,7 +358,14 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             if cursor:
                 require_id(cursor, "cursor")  # a saga id, as the JSON API checks it
             page = await run_in_threadpool(
-                list_summaries, journal, status=status or None, cursor=cursor or None, limit=50
+                list_summaries,
+                journal,
+                status="OPEN" if status == STALLED else status or None,
+                cursor=cursor or None,
+                limit=50,
+            )
+            workers = await run_in_threadpool(
+                workers_of, journal, page.summaries, sagacity_of(request).now()
             )
         except SagacityError as error:
             return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
@@ -369,8 +379,14 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             status=status,
             statuses=_LISTED_STATUSES,
             sagas=[
-                {**summary.to_json(), "url": base + saga_path(summary.saga_id)}
+                {
+                    **summary.to_json(),
+                    "url": base + saga_path(summary.saga_id),
+                    "worker": _worker_text(workers.get(summary.saga_id)),
+                    "stalled": is_stalled(summary, workers.get(summary.saga_id)),
+                }
                 for summary in page.summaries
+                if status != STALLED or is_stalled(summary, workers.get(summary.saga_id))
             ],
             next_url=(
                 f"{base}/sagas?{query}cursor={quote(page.next_cursor, safe='')}"
@@ -405,6 +421,11 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Cache-Control"] = "no-cache"
         return response
+
+
+def _worker_text(worker: Worker | None) -> str | None:
+    """The worker of a saga that has not ended, in words (as `sagacity sagas` says it)."""
+    return None if worker is None else worker.describe()
 
 
 def _wrapped(sagacity: Sagacity, tool_name: str) -> bool:
@@ -462,10 +483,15 @@ def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
     items = inbox_items(sagacity, saga_id)
     summary = summary_of(saga_id, entries) if entries else None
     status = summary.status if summary is not None else "UNREADABLE"
+    worker = None
+    if summary is not None:
+        worker = workers_of(sagacity.journal, [summary], sagacity.now()).get(saga_id)
     doubts = list(iter_doubts(sagacity.journal, saga_id=saga_id)) if entries else []
     return {
         "saga_id": saga_id,
         "outcome": status,
+        "worker": _worker_text(worker),
+        "stalled": summary is not None and is_stalled(summary, worker),
         "verified": report.ok,
         "problem": report.problems[0] if report.problems else None,
         "entry_count": report.entries,
