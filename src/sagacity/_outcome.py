@@ -51,7 +51,9 @@ class SagaOutcome(enum.Enum):
     NEEDS_ATTENTION = "NEEDS_ATTENTION"
     """A call failed and another is in doubt (it may have run; nobody knows its result),
     or a call was still running when the run ended: a human settles it with
-    `Sagacity.resolve`, then `Sagacity.compensate` walks again."""
+    `Sagacity.resolve`, then `Sagacity.compensate` walks again. Also a walk that stopped
+    before a compensation this process does not have (`CompensationReport.waiting`):
+    `Sagacity.compensate` in a process that wraps the tools finishes it."""
     AWAITING_APPROVAL = "AWAITING_APPROVAL"
     """An IRREVERSIBLE call waits for a human; the saga is open until it is resumed."""
     SUSPENDED = "SUSPENDED"
@@ -90,8 +92,8 @@ class SagaResult:
 
 
 def outcome_of(report: CompensationReport) -> SagaOutcome:
-    """The outcome of a compensation walk: in doubt outranks a failed compensation."""
-    if report.in_doubt:
+    """The outcome of a walk: in doubt, or left to another process, outranks failed."""
+    if report.in_doubt or report.waiting:
         return SagaOutcome.NEEDS_ATTENTION
     return SagaOutcome.COMPENSATION_FAILED if report.failed else SagaOutcome.COMPENSATED
 
@@ -162,7 +164,7 @@ class SagaEnding:
         if self._failed(scope, error):
             scope.refresh()
             _refuse_if_ended(scope)
-            report = self._runner.run(scope.history)
+            report = self._runner.run(scope.history, ran_here=True)
             return self.compensated(scope.history, report, value=value, error=error or scope.error)
         return self._settle(scope, value, error)
 
@@ -171,7 +173,7 @@ class SagaEnding:
         if self._failed(scope, error):
             await scope.gate(scope.refresh)  # a read of the journal: off the loop
             _refuse_if_ended(scope)
-            report = await self._runner.arun(scope.history)
+            report = await self._runner.arun(scope.history, ran_here=True)
             return await asyncio.to_thread(
                 self.compensated, scope.history, report, value=value, error=error or scope.error
             )
@@ -331,6 +333,8 @@ def _end_payload(
         payload["compensated"] = _call_ids(report.compensated)
         payload["compensation_failed"] = _call_ids(report.failed)
         payload["in_doubt"] = _call_ids(report.in_doubt)
+        if report.waiting:  # left to a process that wraps the tools: nothing was tried
+            payload["compensation_waiting"] = _call_ids(report.waiting)
     return payload
 
 

@@ -392,8 +392,8 @@ class TestCompensateAgain:
         assert result.outcome is SagaOutcome.COMPENSATED
         assert shop.log == ["refund ch-20.00", "release res-SKU-1-1"]
 
-    def test_a_compensation_not_wrapped_here_fails_until_it_is(self) -> None:
-        """With the tools not wrapped in this process, the walk records failures; wrap, retry."""
+    def test_a_compensation_not_wrapped_here_waits_until_it_is(self) -> None:
+        """With the tools not wrapped in this process, the walk leaves them; wrap, retry."""
         sagacity = memory_sagacity()
         tools = tools_of(sagacity, Shop())
 
@@ -408,11 +408,13 @@ class TestCompensateAgain:
             sagacity.saga("s", work)
         elsewhere = Sagacity(sagacity.journal, sagacity.approvals)
         result = elsewhere.compensate("s")
-        assert result.outcome is SagaOutcome.COMPENSATION_FAILED
+        assert result.outcome is SagaOutcome.NEEDS_ATTENTION
         assert result.compensation is not None
-        (failed,) = result.compensation.failed
-        assert failed.error is not None
-        assert "no compensation for tool 'reserve_inventory' is registered" in failed.error
+        assert result.compensation.failed == []
+        (waiting,) = result.compensation.waiting
+        assert waiting.error == (
+            "no compensation for tool 'reserve_inventory' is registered in this process"
+        )
         shop = Shop()
         tools_of(elsewhere, shop)
         assert elsewhere.compensate("s").outcome is SagaOutcome.COMPENSATED

@@ -444,14 +444,16 @@ def test_rejected_where_the_workflow_is_not_registered(
 ) -> None:
     """A rejection where the workflow is not registered (the CLI) cannot undo the stages.
 
-    The run ends COMPENSATION_FAILED; `compensate` where it is registered undoes them.
+    It journals the rejection and leaves the undo, unjournaled, to where the workflow is
+    registered: the run needs attention, and `compensate` there undoes the stages.
     """
     paused(runtime)
     elsewhere = Sagacity.from_url(sqlite_url)
     (request,) = elsewhere.pending("refund-1")
     elsewhere.reject("refund-1", approver="bob", reason="no", request_id=request.request_id)
     elsewhere.close()
-    assert runtime.get("refund-1").status is WorkflowStatus.COMPENSATION_FAILED
+    assert runtime.get("refund-1").status is WorkflowStatus.NEEDS_ATTENTION
+    assert "COMPENSATION_FAILED" not in [e.phase.value for e in sagacity.history("refund-1")]
     assert ledger.lines() == ["reserve A-17 120.00"]
     sagacity.compensate("refund-1")
     handle = runtime.get("refund-1")

@@ -58,8 +58,14 @@ class CompensationReport:
     never acted on, except a compensation declared idempotent, which the next walk runs
     again. Also calls that executed after the walk's last step, which the next walk
     undoes."""
+    waiting: list[CallRef] = dataclasses.field(default_factory=list)
+    """Calls whose compensation this process could not run, in the order they will run:
+    the first has no compensation registered here (its tool is not wrapped in this
+    process), the others come after it. Nothing was journaled for them: the walk stopped
+    and left them to a process that wraps the tools (`Sagacity.compensate` there, or
+    `sagacity compensate SAGA --tools MODULE:OBJECT`)."""
 
     @property
     def clean(self) -> bool:
         """True when every declared compensation has run and no call is in doubt."""
-        return not self.failed and not self.in_doubt
+        return not self.failed and not self.in_doubt and not self.waiting

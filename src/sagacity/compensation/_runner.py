@@ -4,6 +4,13 @@ Every compensation the walk calls is journaled like a tool call: COMPENSATING (i
 intent, committed before it is called), then COMPENSATED or COMPENSATION_FAILED. A
 COMPENSATING with no outcome after it means the process stopped during the compensation:
 the next walk lists it in doubt, or, if it was declared idempotent, runs it again.
+
+A later walk (`compensate`, `reject`) in a process that does not have a compensation (a
+CLI or server that wraps no tools) journals nothing for it: it stops there, before the
+compensation it cannot call, and leaves it and every one after it in the walk's order to
+a process that wraps the tools (`CompensationReport.waiting`). The walk that follows a
+run's own failure runs where the work ran, with its tools: a compensation missing there
+is missing, and journaled COMPENSATION_FAILED.
 """
 
 from __future__ import annotations
@@ -104,6 +111,8 @@ class _Plan:
     to_run: list[_Step]
     """Reverse seq of the EXECUTED entries."""
     skipped: list[CallRef]
+    waiting: list[CallRef] = dataclasses.field(default_factory=list)
+    """What the walk left to a process that has the compensations (see `_stop`)."""
 
 
 class _TimedOut(Exception):
@@ -117,31 +126,63 @@ class CompensationRunner:
         self._journal = journal
         self._registry = registry
 
-    def run(self, history: SagaHistory) -> CompensationReport:
-        """Run the walk; an async compensation is run to completion on a fresh loop."""
+    def run(self, history: SagaHistory, *, ran_here: bool = False) -> CompensationReport:
+        """Run the walk; an async compensation is run to completion on a fresh loop.
+
+        `ran_here`: this process ran the work that failed, so it is where the tools are;
+        a compensation it lacks is journaled COMPENSATION_FAILED instead of left waiting.
+        """
         plan = self._plan(history)
         for step in self._steps(history, plan):
-            if step.compensation is None:
+            if step.compensation is None and ran_here:
                 self._record(history, step.executed, {"error": _not_registered(step.executed)})
                 continue
+            if step.compensation is None:
+                self._stop(history, plan, step)
+                break
             context = _context(history.saga_id, step.executed, step.intent)
             self._begin(history, step)
             self._record(history, step.executed, _run_sync(step.compensation, context))
         return self._report(history, plan)
 
-    async def arun(self, history: SagaHistory) -> CompensationReport:
-        """Run the walk, awaiting async compensations and the journal's commits."""
+    async def arun(self, history: SagaHistory, *, ran_here: bool = False) -> CompensationReport:
+        """Run the walk, awaiting async compensations and the journal's commits (see `run`)."""
         plan = self._plan(history)
         for step in self._steps(history, plan):
-            if step.compensation is None:
+            if step.compensation is None and ran_here:
                 failure: dict[str, JsonValue] = {"error": _not_registered(step.executed)}
                 await self._arecord(history, step.executed, failure)
                 continue
+            if step.compensation is None:
+                self._stop(history, plan, step)  # reads only what the walk holds
+                break
             context = _context(history.saga_id, step.executed, step.intent)
             await self._abegin(history, step)
             outcome = await _run_async(step.compensation, context)
             await self._arecord(history, step.executed, outcome)
         return self._report(history, plan)
+
+    def _stop(self, history: SagaHistory, plan: _Plan, step: _Step) -> None:
+        """Stop the walk before a compensation this process does not have, journaling nothing.
+
+        Journaling its failure would be false (nothing was tried) and permanent to read:
+        the compensation exists where the tools are wrapped. It and every compensation
+        still to run after it wait for a process that has them, in the same reverse order.
+        """
+        missing = step.executed
+        plan.waiting = [
+            _ref(later.executed, _waiting_reason(later.executed, missing))
+            for later in self._plan(history).to_run
+        ]
+        _telemetry.logger.warning(
+            "saga %r: no compensation for tool %r (call %r) is registered in this process; "
+            "the walk stopped there and left %d compensation(s) to a process that wraps the "
+            "tools",
+            history.saga_id,
+            missing.tool_name,
+            missing.call_id,
+            len(plan.waiting),
+        )
 
     def resolve(
         self, history: SagaHistory, call_id: str, *, compensated: bool, by: str
@@ -294,15 +335,16 @@ class CompensationRunner:
     def _report(history: SagaHistory, plan: _Plan) -> CompensationReport:
         compensated: list[CallRef] = []
         failed: list[CallRef] = []
+        waiting = {ref.seq for ref in plan.waiting}
         done = [c for c in history.calls.values() if c.compensation is not None]
         for call in sorted(done, key=lambda c: c.compensation.seq if c.compensation else 0):
             assert call.outcome is not None
             assert call.compensation is not None
             if call.compensated:
                 compensated.append(_ref(call.outcome))
-            elif not call.compensation_in_doubt:
+            elif not call.compensation_in_doubt:  # failed before, even if waiting now
                 failed.append(_ref(call.outcome, _failure_text(call.compensation)))
-        skipped = {ref.seq for ref in plan.skipped}
+        skipped = {ref.seq for ref in plan.skipped} | waiting
         in_doubt: list[CallRef] = []
         for call in sorted(history.calls.values(), key=_outcome_seq, reverse=True):
             if history.may_have_run(call):
@@ -320,6 +362,7 @@ class CompensationRunner:
             failed=failed,
             skipped=plan.skipped,
             in_doubt=in_doubt,
+            waiting=plan.waiting,
         )
 
 
@@ -537,8 +580,18 @@ def _failure_text(entry: JournalEntry) -> Any:
 
 def _not_registered(executed: JournalEntry) -> str:
     return (
-        f"no compensation for tool {executed.tool_name!r} is registered in this process; "
-        "wrap the tools with Sagacity.wrap and run Sagacity.compensate again"
+        f"no compensation for tool {executed.tool_name!r} is registered in the process that "
+        "ran the saga's work; declare one with compensable(by=...) and run "
+        "Sagacity.compensate where it is wrapped"
+    )
+
+
+def _waiting_reason(executed: JournalEntry, missing: JournalEntry) -> str:
+    if executed.seq == missing.seq:
+        return f"no compensation for tool {executed.tool_name!r} is registered in this process"
+    return (
+        f"waits for the compensation of call {missing.call_id!r} (tool "
+        f"{missing.tool_name!r}), which runs before it"
     )
 
 
