@@ -20,31 +20,11 @@ PACKAGE = Path(sagacity.__file__).parent
 LINE_LIMIT = 500
 """A module past this many lines holds more than one concept: split it (STYLE.md)."""
 
-KNOWN_CYCLES = {
-    # The postgres journal's split into one module per concept removes these.
-    (
-        "sagacity.journal.postgres._async",
-        "sagacity.journal.postgres._batch",
-        "sagacity.journal.postgres._journal",
-        "sagacity.journal.postgres._async",
-    ),
-    (
-        "sagacity.journal.postgres._async",
-        "sagacity.journal.postgres._journal",
-        "sagacity.journal.postgres._async",
-    ),
-    (
-        "sagacity.journal.postgres._batch",
-        "sagacity.journal.postgres._journal",
-        "sagacity.journal.postgres._batch",
-    ),
-}
+KNOWN_CYCLES: set[tuple[str, ...]] = set()  # none today: keep it so
 """Import cycles being removed, each from its first module in sorted order back to it."""
 
 KNOWN_OVERSIZED = {
     # Being split by concept now; each entry leaves the list when its split lands.
-    "sagacity.journal.postgres._journal",  # the postgres journal: with _async, _batch
-    "sagacity.journal.postgres._async",
     "sagacity._call",  # one call on the hot path
     "sagacity.approval._lifecycle",  # the approval lifecycle
     "sagacity._scope",
@@ -58,9 +38,6 @@ KNOWN_OVERSIZED = {
 
 KNOWN_PRIVATE_IMPORTS = {
     # Each is fixed by giving the name a public spelling in the module that owns it.
-    # The postgres journal's append record, shared with its async path and its batches.
-    ("sagacity.journal.postgres._async", "sagacity.journal.postgres._journal._Append"),
-    ("sagacity.journal.postgres._batch", "sagacity.journal.postgres._journal._Append"),
     # The current call's context variable, owned by the scope and set by the tool.
     ("sagacity.tools", "sagacity._scope._call"),
     # The request-state key under which the server's auth keeps its authenticator.

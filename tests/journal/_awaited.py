@@ -78,10 +78,8 @@ class DrivenJournal:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loops.loop).result()
 
     async def _in_loop_batch(self, request: AppendRequest) -> JournalEntry:
-        from sagacity.journal.postgres._async import LoopWriter
-
         if self.writer is None:
-            self.writer = LoopWriter(self._journal)  # type: ignore[arg-type]
+            self.writer = self._journal._new_loop_writer()  # type: ignore[attr-defined]
         (result,) = await self.writer._many([request])
         if isinstance(result, BaseException):
             raise result

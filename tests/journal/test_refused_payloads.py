@@ -128,10 +128,9 @@ def commit_batch(sagacity: Sagacity, requests: Sequence[AppendRequest], driver: 
     if driver == "sync":
         results: Results = journal._group._many(requests)
         return results
-    from sagacity.journal.postgres._async import LoopWriter
 
     async def on_the_loop() -> Results:
-        return await LoopWriter(journal)._many(list(requests))
+        return await journal._new_loop_writer()._many(list(requests))
 
     return asyncio.run(on_the_loop())
 

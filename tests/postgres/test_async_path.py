@@ -26,7 +26,7 @@ from sagacity import (
 from sagacity.journal import SagaLease
 from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal.postgres import PostgresJournal
-from sagacity.journal.postgres._async import _AsyncLease
+from sagacity.journal.postgres._connections import AsyncLease
 from sagacity.journal.postgres._leases import LeaseTake, Taken
 from sagacity.journal.postgres._steps import Steps, _text_values, run_steps
 from tests._postgres import admin_connection
@@ -282,7 +282,7 @@ class TestPreparedAppends:
     """An async append's INSERT goes as a statement prepared on its connection."""
 
     @staticmethod
-    async def call_journaled(journal: PostgresJournal) -> _AsyncLease:
+    async def call_journaled(journal: PostgresJournal) -> AsyncLease:
         """Append a call's two entries; return the one connection they went on."""
         await journal.aappend("order-1", Phase.INTENT, tool_name="reserve")
         await journal.aappend("order-1", Phase.EXECUTED, tool_name="reserve", ref_seq=1)

@@ -20,7 +20,6 @@ from sagacity.audit import verify
 from sagacity.journal import JournalEntry
 from sagacity.journal._group import AppendRequest
 from sagacity.journal.postgres import PostgresJournal
-from sagacity.journal.postgres._async import LoopWriter
 from tests.postgres.test_faults import Admin, blocked_backend, in_thread, terminate, through_proxy
 
 pytestmark = pytest.mark.postgres
@@ -43,7 +42,7 @@ def commit_batch(
         return results
 
     async def on_the_loop() -> Results:
-        return await LoopWriter(journal)._many(list(requests))
+        return await journal._new_loop_writer()._many(list(requests))
 
     return asyncio.run(on_the_loop())
 

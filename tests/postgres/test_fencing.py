@@ -44,7 +44,7 @@ def warm(journal: PostgresJournal) -> SagaLease:
     lease = journal.acquire_lease("s", "former", now=T0, expires_at=T0 + MINUTE)
     for n in (1, 2):  # the first is checked, and arms the head for the second
         journal.append("s", Phase.INTENT, call_id=f"c#{n}", fence=lease)
-    assert journal._heads["s"].fenced_by == lease.token
+    assert journal._appender.heads["s"].fenced_by == lease.token
     return lease
 
 
@@ -139,7 +139,7 @@ def test_an_append_after_the_lease_was_let_go_is_checked_and_never_rearms(
     else:
         former.append("s", Phase.ENDED, payload={"outcome": "COMPLETED"}, fence=lease)
     straggler = former.append("s", Phase.EXECUTED, call_id="c#2", ref_seq=2, fence=lease)
-    assert former._heads["s"].fenced_by is None  # accepted, checked, not held
+    assert former._appender.heads["s"].fenced_by is None  # accepted, checked, not held
     taker.acquire_lease("s", "taker", now=T0, expires_at=T0 + MINUTE)
     before = taker.entries("s")
     assert before[-1] == straggler

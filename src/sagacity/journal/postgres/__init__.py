@@ -14,9 +14,10 @@ except ImportError as error:  # pragma: no cover - exercised with the extra bloc
         "the PostgreSQL backend needs psycopg 3 and psycopg-pool: pip install 'sagacity[postgres]'"
     ) from error
 
+from sagacity.journal.postgres._append import AppendStats
 from sagacity.journal.postgres._approval import PostgresApprovalStore
 from sagacity.journal.postgres._database import SCHEMA_VERSION, PostgresDatabase
-from sagacity.journal.postgres._journal import AppendStats, PostgresJournal
+from sagacity.journal.postgres._journal import PostgresJournal
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -37,19 +36,19 @@ from sagacity.journal._group import (
     RECORDS_AN_OUTCOME,
     AppendRequest,
     AppendWithdrawn,
+    GroupCommit,
     Slots,
     committed,
     kept,
 )
+from sagacity.journal.postgres._append import Append
+from sagacity.journal.postgres._appender import Appender
 from sagacity.journal.postgres._batch import Batch
-from sagacity.journal.postgres._database import server_spoke
-from sagacity.journal.postgres._leases import LeaseTake, Taken
+from sagacity.journal.postgres._connections import AsyncLease, IdleConnections
+from sagacity.journal.postgres._leases import LeaseStatements, LeaseTake, Taken
 from sagacity.journal.postgres._steps import Steps, arun_steps
 
-if TYPE_CHECKING:
-    from sagacity.journal.postgres._journal import PostgresJournal, _Append
-
-__all__ = ["IdleConnections", "LoopWriter"]
+__all__ = ["FRESH_COMMITS", "LoopWriter"]
 
 T = TypeVar("T")
 
@@ -65,9 +64,6 @@ _BATCH_SAGAS = 32
 """Sagas whose queued appends (or lease takes) a batch takes, each saga's all; the rest
 wait for the next slot. The loop builds a batch in one turn: one of 64 sagas held it for
 about 5 ms."""
-
-_OK = psycopg.pq.ConnStatus.OK
-_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class _Pending:
@@ -87,63 +83,26 @@ class _PendingTake:
         self.future = future
 
 
-class _AsyncLease:
-    __slots__ = ("conn", "cursor", "prepared")
-
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
-        self.cursor = conn.cursor()
-        self.prepared: set[bytes] = set()
-        """The statements prepared on the connection (see `arun_steps`)."""
-
-
-class IdleConnections:
-    """A journal's idle async connections, shared by its loops; closed from any thread."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._idle: list[_AsyncLease] = []
-        self._closed = False
-
-    def take(self) -> _AsyncLease | None:
-        """An idle connection the server has not ended, or None."""
-        while True:
-            with self._guard:
-                if not self._idle:
-                    return None
-                lease = self._idle.pop()
-            if not server_spoke(lease.conn):
-                return lease
-            lease.conn.pgconn.finish()
-
-    def give(self, lease: _AsyncLease) -> None:
-        """Keep a connection for the next taker, if it is healthy and idle; else end it."""
-        pgconn = lease.conn.pgconn
-        if pgconn.status == _OK and pgconn.transaction_status == _IDLE:
-            with self._guard:
-                if not self._closed:
-                    self._idle.append(lease)
-                    return
-        pgconn.finish()  # what `AsyncConnection.close` does, without a loop
-
-    def close(self) -> None:
-        """End the idle connections; those in use end when they are given back."""
-        with self._guard:
-            self._closed = True
-            idle, self._idle = self._idle, []
-        for lease in idle:
-            lease.conn.pgconn.finish()
-
-
 class LoopWriter:
     """A journal's async appends on one event loop: their group commit.
 
     A loop has at most `pool_max_size` of the journal's async connections out at once.
     """
 
-    def __init__(self, journal: PostgresJournal) -> None:
-        self._journal = journal
-        self._slots = Slots(journal._db.settings.pool_max_size, FRESH_COMMITS)
+    def __init__(
+        self,
+        appender: Appender,
+        group: GroupCommit,
+        leases: LeaseStatements,
+        idle: IdleConnections,
+    ) -> None:
+        self._appender = appender
+        self._db = appender.db
+        self._group = group
+        self._leases = leases
+        self._idle = idle
+        """The journal's async connections, shared with its other loops."""
+        self._slots = Slots(self._db.settings.pool_max_size, FRESH_COMMITS)
         self._kick: asyncio.TimerHandle | None = None
         """Starts the queue when a commit in flight goes stale, if none ends first."""
         self._queue: list[_Pending] = []
@@ -152,7 +111,7 @@ class LoopWriter:
         self._takes_next = False
         """Whether the queued takes start before the queued appends, when both wait."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self._connections = asyncio.Semaphore(journal._db.settings.pool_max_size)
+        self._connections = asyncio.Semaphore(self._db.settings.pool_max_size)
         """Connections out at once: commits, reads and leases together, as in the pool."""
 
     async def append(self, request: AppendRequest) -> JournalEntry:
@@ -178,10 +137,10 @@ class LoopWriter:
         `CommittedThenCancelled` with the entry, `AppendWithdrawn` when nothing was sent
         (an outcome is sent all the same), else a `CancelledError`.
         """
-        journal = self._journal
-        append = journal._new_append(request)
+        appender = self._appender
+        append = appender.new_append(request)
         token = self._slots.start(time.monotonic())
-        journal._group.count(1)
+        self._group.count(1)
         try:
             try:
                 return await self._append(append)
@@ -191,8 +150,8 @@ class LoopWriter:
                 if unsent and request.phase not in RECORDS_AN_OUTCOME:
                     raise AppendWithdrawn() from None  # nothing was sent
                 append.in_doubt = append.sent is not None
-                with journal._guard:
-                    journal._heads.pop(append.saga_id, None)
+                with appender.guard:
+                    appender.heads.pop(append.saga_id, None)
             return await kept(self._append(append), cancelled)
         finally:
             self._slots.end(token)
@@ -222,7 +181,7 @@ class LoopWriter:
         return await pending.future
 
     async def _take_alone(self, take: LeaseTake, deadline: float | None = None) -> Taken:
-        leases = self._journal._leases
+        leases = self._leases
         return await self.run(
             lambda: leases.acquiring(take.saga_id), lambda: leases.acquire(take), deadline
         )
@@ -267,7 +226,7 @@ class LoopWriter:
         token = self._slots.start(time.monotonic())
         for pending in batch:
             pending.started = True
-        self._journal._group.count(len(batch))
+        self._group.count(len(batch))
         self._run_task(self._commit(batch, token))
 
     def _run_task(self, work: Coroutine[Any, Any, None]) -> None:
@@ -283,9 +242,9 @@ class LoopWriter:
         its saga's own answer and its clear refusal. The tries alone go together, within
         the batch's time (`pool_timeout`): an outage costs the batch that time once.
         """
-        leases = self._journal._leases
+        leases = self._leases
         live = [pending for pending in batch if not pending.future.done()]  # not abandoned
-        deadline = time.monotonic() + self._journal._db.settings.timeout
+        deadline = time.monotonic() + self._db.settings.timeout
         results: list[Taken | BaseException] = []
         try:
             if len(live) > 1:
@@ -323,7 +282,7 @@ class LoopWriter:
         try:
             if len(batch) == 1:
                 try:
-                    results = [await self._append(self._journal._new_append(batch[0].request))]
+                    results = [await self._append(self._appender.new_append(batch[0].request))]
                 except Exception as error:
                     results = [error]
             else:
@@ -363,8 +322,7 @@ class LoopWriter:
             if not take.future.done():
                 take.future.set_exception(
                     JournalError(
-                        f"{self._journal._leases.acquiring(take.take.saga_id)}: its event "
-                        "loop is ending"
+                        f"{self._leases.acquiring(take.take.saga_id)}: its event loop is ending"
                     )
                 )
 
@@ -378,7 +336,7 @@ class LoopWriter:
 
         Retried until `deadline` (`time.monotonic()`), by default `pool_timeout` from now.
         """
-        db = self._journal._db
+        db = self._db
         deadline = time.monotonic() + db.settings.timeout if deadline is None else deadline
         attempts = 0
         while True:
@@ -395,30 +353,30 @@ class LoopWriter:
                     raise JournalError(f"{describe()}: {db.describe_error(error)}") from error
             await asyncio.sleep(pause)
 
-    async def _append(self, append: _Append) -> JournalEntry:
-        """`PostgresJournal._append` on this loop's connections."""
-        journal = self._journal
-        deadline = time.monotonic() + journal._db.settings.timeout
+    async def _append(self, append: Append) -> JournalEntry:
+        """`Appender.append` on this loop's connections."""
+        appender = self._appender
+        deadline = time.monotonic() + self._db.settings.timeout
         attempts = 0
         while True:
             attempts += 1
             try:
                 lease = await self._checkout(deadline)
                 try:
-                    return await arun_steps(lease.cursor, journal._attempt(append), lease.prepared)
+                    return await arun_steps(lease.cursor, appender.attempt(append), lease.prepared)
                 finally:
                     self._checkin(lease)
             except (psycopg.Error, psycopg_pool.PoolTimeout) as error:
-                pause = journal._failed_try(append, error, deadline, attempts)
+                pause = appender.failed_try(append, error, deadline, attempts)
             await asyncio.sleep(pause)
 
     async def _many(self, requests: list[AppendRequest]) -> list[JournalEntry | BaseException]:
         """`_batch.append_batch` on this loop's connections."""
-        batch = Batch(self._journal, requests)
+        batch = Batch(self._appender, requests)
         if batch.sealed:
             sent = False
             try:
-                lease = await self._checkout(time.monotonic() + self._journal._db.settings.timeout)
+                lease = await self._checkout(time.monotonic() + self._db.settings.timeout)
                 try:
                     sent = True
                     await arun_steps(lease.cursor, batch.insert())
@@ -434,9 +392,9 @@ class LoopWriter:
                 batch.results[index] = failure
         return batch.outcome()
 
-    async def _checkout(self, deadline: float) -> _AsyncLease:
+    async def _checkout(self, deadline: float) -> AsyncLease:
         """An idle connection the server has not ended, else a new one; `_checkin` it."""
-        db = self._journal._db
+        db = self._db
         if not self._connections.locked():
             await self._connections.acquire()  # one is free: no wait, no timer
         else:
@@ -454,11 +412,11 @@ class LoopWriter:
             self._connections.release()
             raise
 
-    async def _connection(self, deadline: float) -> _AsyncLease:
-        db = self._journal._db
-        if db.closed or self._journal._closed:
+    async def _connection(self, deadline: float) -> AsyncLease:
+        db = self._db
+        if db.closed or self._appender.closed:
             raise psycopg_pool.PoolClosed(f"the connection pool of {db.settings.where} is closed")
-        lease = self._journal._async_idle.take()
+        lease = self._idle.take()
         if lease is not None:
             return lease
         try:
@@ -473,11 +431,11 @@ class LoopWriter:
             raise psycopg_pool.PoolTimeout(
                 f"no connection to {db.settings.where} within {db.settings.timeout:g} s"
             ) from None
-        return _AsyncLease(conn)
+        return AsyncLease(conn)
 
-    def _checkin(self, lease: _AsyncLease) -> None:
+    def _checkin(self, lease: AsyncLease) -> None:
         self._connections.release()
-        self._journal._async_idle.give(lease)
+        self._idle.give(lease)
 
 
 P = TypeVar("P")

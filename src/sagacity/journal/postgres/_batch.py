@@ -6,7 +6,7 @@ one commit for the whole batch, whatever its size. A statement is atomic, so the
 is written whole or not at all. Each append keeps its own semantics:
 
 - a fenced append is sealed only on a head its lease's token held the saga at (see
-  `_journal._unchecked`): a takeover since then journaled TAKEN_OVER at the seq the row
+  `_append.unchecked`): a takeover since then journaled TAKEN_OVER at the seq the row
   takes, which fails the statement;
 - an append whose saga's head this journal does not know (or knows to be contended, or
   not under its token), a conditional append on a seq that is not that head, one whose
@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import psycopg
 import psycopg_pool
@@ -37,13 +36,12 @@ from sagacity.errors import JournalError, SerializationError
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._rows import row_of
+from sagacity.journal.postgres._append import Append, new_append
+from sagacity.journal.postgres._appender import Appender
 from sagacity.journal.postgres._database import is_transient
 from sagacity.journal.postgres._steps import NOTHING, Statement, Steps, run_steps
 
-if TYPE_CHECKING:
-    from sagacity.journal.postgres._journal import PostgresJournal, _Append
-
-__all__ = ["Batch", "append_batch", "bulk_insert_sql"]
+__all__ = ["Batch", "append_batch"]
 
 
 class _Sealed:
@@ -52,7 +50,7 @@ class _Sealed:
     __slots__ = ("append", "entry", "index", "payload_bytes")
 
     def __init__(
-        self, index: int, append: _Append, entry: JournalEntry, payload_bytes: bytes
+        self, index: int, append: Append, entry: JournalEntry, payload_bytes: bytes
     ) -> None:
         self.index = index
         self.append = append
@@ -60,20 +58,13 @@ class _Sealed:
         self.payload_bytes = payload_bytes
 
 
-def bulk_insert_sql(table: str, columns: str) -> bytes:
-    """The statement that writes a batch: one array per column."""
-    types = ["text", "bigint", "text", "text", "text", "bigint", "text", "text", "text", "text"]
-    arrays = ", ".join(f"%b::{kind}[]" for kind in types)
-    return f"INSERT INTO {table} ({columns}) SELECT * FROM unnest({arrays})".encode()
-
-
 def append_batch(
-    journal: PostgresJournal, requests: Sequence[AppendRequest]
+    appender: Appender, requests: Sequence[AppendRequest]
 ) -> list[JournalEntry | BaseException]:
     """Commit `requests` together; each one's entry or its own refusal, in order."""
-    batch = Batch(journal, requests)
+    batch = Batch(appender, requests)
     if batch.sealed:
-        db = journal._db
+        db = appender.db
         sent = False
         try:
             lease = db.checkout(time.monotonic() + db.settings.timeout)
@@ -87,7 +78,7 @@ def append_batch(
             batch.failed(error, sent=sent)
     for index, append in batch.alone():
         try:
-            batch.results[index] = journal._append(append)
+            batch.results[index] = appender.append(append)
         except Exception as failure:
             batch.results[index] = failure
     return batch.outcome()
@@ -100,13 +91,11 @@ class Batch:
     reports `written` or `failed`, then commits each of `alone()` on its own.
     """
 
-    def __init__(self, journal: PostgresJournal, requests: Sequence[AppendRequest]) -> None:
-        from sagacity.journal.postgres._journal import new_append
-
-        self._journal = journal
+    def __init__(self, appender: Appender, requests: Sequence[AppendRequest]) -> None:
+        self._appender = appender
         self._appends = [new_append(request) for request in requests]
         self.results: list[JournalEntry | BaseException | None] = [None] * len(requests)
-        if journal._closed:
+        if appender.closed:
             closed = JournalError(
                 f"sagas {_names(requests)}: cannot append: the journal is closed; open a new one"
             )
@@ -114,7 +103,7 @@ class Batch:
             self.sealed: list[_Sealed] = []
             self._alone: list[int] = []
         else:
-            self.sealed, self._alone = _seal(journal, self._appends)
+            self.sealed, self._alone = _seal(appender, self._appends)
 
     def insert(self) -> Steps[None]:
         """Write the sealed rows in one statement, which writes all of them or none."""
@@ -122,12 +111,12 @@ class Batch:
         for item in self.sealed:
             for column, value in zip(columns, row_of(item.entry, item.payload_bytes), strict=True):
                 column.append(value)
-        yield Statement(self._journal._sql_insert_bulk, columns, NOTHING)
+        yield Statement(self._appender.sql_insert_bulk, columns, NOTHING)
 
     def written(self) -> None:
         """The statement committed: settle its appends."""
         for item in self.sealed:
-            self.results[item.index] = self._journal._done(
+            self.results[item.index] = self._appender.done(
                 item.entry, fast=True, append=item.append
             )
 
@@ -138,20 +127,20 @@ class Batch:
         may have written every row: each append is redone in doubt, looking for its row
         first.
         """
-        journal = self._journal
+        appender = self._appender
         transient = is_transient(error)
-        with journal._guard:
-            journal._conflicts += isinstance(error, psycopg.errors.UniqueViolation)
-            journal._reconnects += transient
+        with appender.guard:
+            appender.conflicts += isinstance(error, psycopg.errors.UniqueViolation)
+            appender.reconnects += transient
             for item in self.sealed:
-                journal._heads.pop(item.entry.saga_id, None)
+                appender.heads.pop(item.entry.saga_id, None)
         for item in self.sealed:
             if sent and transient:
                 item.append.sent, item.append.in_doubt = (item.entry, item.payload_bytes), True
             self._alone.append(item.index)
         self._alone.sort(key=lambda i: (self._appends[i].saga_id, i))  # each saga's in order
 
-    def alone(self) -> list[tuple[int, _Append]]:
+    def alone(self) -> list[tuple[int, Append]]:
         """The appends to commit on their own, in order, by index."""
         return [(index, self._appends[index]) for index in self._alone]
 
@@ -161,7 +150,7 @@ class Batch:
         return [result for result in self.results if result is not None]
 
 
-def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Sealed], list[int]]:
+def _seal(appender: Appender, appends: list[Append]) -> tuple[list[_Sealed], list[int]]:
     """Seal what follows a known head; the rest (by index, in order) is committed alone.
 
     Sorted by saga, stably, so that each saga's appends keep their order and two
@@ -178,8 +167,8 @@ def _seal(journal: PostgresJournal, appends: list[_Append]) -> tuple[list[_Seale
         if saga_id in heads:
             known = heads[saga_id]
         else:
-            with journal._guard:
-                head = journal._heads.get(saga_id)
+            with appender.guard:
+                head = appender.heads.get(saga_id)
                 known = (
                     None
                     if head is None or head.quiet_needed
