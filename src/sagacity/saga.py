@@ -26,8 +26,8 @@ from sagacity.approval import (
     ApprovalHook,
     ApprovalLifecycle,
     ApprovalPolicy,
-    ApprovalRequest,
     ApprovalStore,
+    ResumableCall,
 )
 from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
 from sagacity.approval._policy import starter_for
@@ -356,16 +356,16 @@ class Sagacity(ApprovalDecisions):
             SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
         if work is None:
-            request, tool, kwargs = self._stored_call(saga_id, request_id)
+            call, tool, kwargs = self._stored_call(saga_id, request_id)
             if tool.is_async:
                 return run_coroutine(
-                    self.aresume_saga(saga_id, request_id=request.request_id),
+                    self.aresume_saga(saga_id, request_id=call.request.request_id),
                     f"saga {saga_id!r}: tool {tool.name!r} is async",
                 )
 
             def work() -> Any:
-                explain_unusable(scope.history, request.request_id)  # no replay: used once
-                return tool.invoke((), kwargs, call_id=request.call_id)
+                call.refuse_if_spent(scope.history)
+                return tool.invoke((), kwargs, call_id=call.request.call_id)
 
         with self._leased(saga_id, opening=True) as keeper:
             scope = self._open(saga_id, keeper, resuming=True)
@@ -380,11 +380,11 @@ class Sagacity(ApprovalDecisions):
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
         if work is None:
-            request, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
+            call, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
 
             async def work() -> Any:
-                explain_unusable(scope.history, request.request_id)  # no replay: used once
-                return await tool.ainvoke((), kwargs, call_id=request.call_id)
+                call.refuse_if_spent(scope.history)
+                return await tool.ainvoke((), kwargs, call_id=call.request.call_id)
 
         async with self._leased(saga_id, opening=True) as keeper:
             scope = await asyncio.to_thread(self._open, saga_id, keeper, resuming=True)
@@ -394,12 +394,11 @@ class Sagacity(ApprovalDecisions):
 
     def _stored_call(
         self, saga_id: str, request_id: str | None
-    ) -> tuple[ApprovalRequest, SagaTool, dict[str, Any]]:
-        """The request to run without `work`, its tool, and its arguments rebuilt."""
-        self._refuse_ended_resume(saga_id, request_id)
-        request = self.approval.pending_request(saga_id, request_id)
-        tool = wrapped_tool(self._tools, request)
-        return request, tool, rebuilt_arguments(tool, request)
+    ) -> tuple[ResumableCall, SagaTool, dict[str, Any]]:
+        """The approved call to run without `work`, its tool, and its arguments rebuilt."""
+        call = self.approval.resumable(saga_id, request_id)
+        tool = wrapped_tool(self._tools, call.request)
+        return call, tool, rebuilt_arguments(tool, call.request)
 
     def _history(self, saga_id: str, *, must_exist: bool = False) -> SagaHistory:
         history = self.approval.history(saga_id)
@@ -417,17 +416,6 @@ class Sagacity(ApprovalDecisions):
                 "so nothing is compensated; undo a finished saga with a new saga of its own"
             )
         return history
-
-    def _refuse_ended_resume(self, saga_id: str, request_id: str | None) -> None:
-        """Refuse to resume a saga that ended, saying why from the journal."""
-        history = self._history(saga_id)
-        if history.ended is None:
-            return
-        explain_unusable(history, request_id)
-        raise SagaStateError(
-            f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; there is "
-            "nothing to resume"
-        )
 
     def _refuse_if_open(self, saga_id: str) -> None:
         scope = current_scope()

@@ -7,6 +7,7 @@ from sagacity.approval._lifecycle import ApprovalHook, ApprovalLifecycle
 from sagacity.approval._memory import InMemoryApprovalStore
 from sagacity.approval._policy import ApprovalPolicy, recorded_starter, signed_bytes
 from sagacity.approval._request import Approval, ApprovalRequest, ApprovalStore
+from sagacity.approval._resume import ResumableCall
 from sagacity.approval._sqlite import SqliteApprovalStore
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ApprovalRequest",
     "ApprovalStore",
     "InMemoryApprovalStore",
+    "ResumableCall",
     "SqliteApprovalStore",
     "edit_request",
     "recorded_starter",

@@ -35,6 +35,7 @@ __all__ = [
     "check_approved",
     "check_current",
     "check_unused",
+    "explain_unusable",
     "journaled_request",
     "verified_request",
 ]
@@ -310,3 +311,13 @@ def _time(value: object) -> datetime.datetime | None:
         return None if value is None else datetime.datetime.fromisoformat(str(value))
     except ValueError:
         return None  # an unreadable time: the checks against the store refuse it
+
+
+def explain_unusable(history: SagaHistory, request_id: str | None) -> None:
+    """Raise why the newest (or the named) request of a saga can no longer run, if known."""
+    for awaiting in sorted(history.awaiting.values(), key=lambda e: e.seq, reverse=True):
+        if request_id not in (None, payload_of(awaiting).get("request_id")):
+            continue
+        check_unused(journaled_request(history.saga_id, awaiting), history)
+        if request_id is None:
+            return  # only the newest request says why the saga cannot resume

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from sagacity._history import SagaHistory
 from sagacity._ids import WORKFLOW_START_CALL
 from sagacity.approval._check import check_current, check_unused
-from sagacity.approval._lifecycle import ApprovalLifecycle, refuse_ended
+from sagacity.approval._decide import refuse_ended
+from sagacity.approval._lifecycle import ApprovalLifecycle
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import AppendConflictError, ApprovalInputError, JournalError
 from sagacity.journal import JournalEntry, JsonValue, Phase
