@@ -26,7 +26,6 @@ KNOWN_CYCLES: set[tuple[str, ...]] = set()  # none today: keep it so
 KNOWN_OVERSIZED = {
     # Being split by concept now; each entry leaves the list when its split lands.
     "sagacity._call",  # one call on the hot path
-    "sagacity.approval._lifecycle",  # the approval lifecycle
     "sagacity._scope",
     "sagacity.compensation._runner",
     "sagacity.workflows._runtime",
