@@ -325,14 +325,9 @@ class SqliteJournal:
                     live = cursor.execute(
                         _LIVE, {"saga": saga_id, "released": lease_time(RELEASED)}
                     ).fetchone()
+                    times = {"expires": lease_time(expires_at), "now": lease_time(now)}
                     granted = cursor.execute(
-                        _ACQUIRE,
-                        {
-                            "saga": saga_id,
-                            "owner": owner,
-                            "expires": lease_time(expires_at),
-                            "now": lease_time(now),
-                        },
+                        _ACQUIRE, {"saga": saga_id, "owner": owner, **times}
                     ).fetchall()
                     held = None if granted else cursor.execute(_HOLDER, (saga_id,)).fetchone()
                     head = cursor.execute(_HEAD, (saga_id,)).fetchone()
