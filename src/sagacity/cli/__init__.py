@@ -2,7 +2,8 @@
 
 Every command takes --database: a URL (sqlite:///path.db, postgresql://user@host/db) or
 a plain path to a SQLite file; without it, SAGACITY_DATABASE_URL, else sqlite:///sagacity.db.
-No command but demo creates a database: a missing one is an error.
+No command but demo, init and `serve --create` creates a database: a missing one is an
+error.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="sagacity",
         description=(__doc__ or "").splitlines()[0],
         epilog="exit status: 0 ok, 1 a problem found or nothing found, 2 bad usage or "
-        "refused, 3 the database cannot be read, 4 an output cannot be written, "
-        "130 interrupted",
+        "refused, 3 the database cannot be read, 4 an output cannot be written, 5 the saga "
+        "is still dirty (compensation failed or in doubt), 6 its undo was left to a process "
+        "with the tools, 130 interrupted",
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -184,7 +186,17 @@ def _parser() -> argparse.ArgumentParser:
         help="the PEM key that signed --previous, if not the --key (after a key change)",
     )
 
+    init = command("init", "create the database's sagacity tables (a first deployment)")
+    del init
+
     serve = command("serve", "run the approval server (extra 'server')", signed=True)
+    serve.add_argument(
+        "--create",
+        action="store_true",
+        help="create the database's tables if they are missing (default: refuse a database "
+        "that does not exist)",
+    )
+    _tools_option(serve, required=False)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.add_argument("--tokens", metavar="FILE", help="the API tokens file")
@@ -234,6 +246,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "demo": _run.demo,
     "doubts": _read.doubts,
     "export": _read.export,
+    "init": _run.init,
     "keygen": _evidence.keygen,
     "pending": _read.pending,
     "reject": _act.reject,

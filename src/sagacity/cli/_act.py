@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import importlib
+import shlex
 import sys
 from typing import Any
 
@@ -15,10 +15,13 @@ from sagacity._summary import iter_doubts
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._policy import refuse_self_approval
 from sagacity.cli._common import (
+    EXIT_DIRTY,
+    EXIT_ELSEWHERE,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
     CliError,
+    load_tools,
     match_hash,
     opened,
     printable,
@@ -26,7 +29,7 @@ from sagacity.cli._common import (
 )
 from sagacity.cli._request_text import input_line, request_block, request_views, visible
 from sagacity.errors import ApprovalNotFoundError
-from sagacity.saga import Sagacity, SagaResult
+from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 
 __all__ = ["FINDINGS", "approve", "compensate", "reject", "resolve", "resume"]
 
@@ -108,7 +111,13 @@ def _confirmed(sagacity: Sagacity, request: ApprovalRequest, approver: str) -> s
     return request.input_sha256
 
 
-def _outcome(result: SagaResult) -> None:
+def _outcome(result: SagaResult, args: argparse.Namespace, *, rejected: bool = False) -> int:
+    """Print how the saga stands and what to do next; return the exit code that says it.
+
+    0: done (COMPENSATED, COMPLETED, or waiting for approval); `EXIT_ELSEWHERE`: the
+    undo waits for a process that has the tools; `EXIT_DIRTY`: a compensation failed or
+    something is in doubt.
+    """
     line = f"saga {result.saga_id!r}: {result.outcome.value}"
     report = result.compensation
     if report is not None:
@@ -118,38 +127,68 @@ def _outcome(result: SagaResult) -> None:
                 ("compensated", report.compensated),
                 ("failed", report.failed),
                 ("in doubt", report.in_doubt),
+                ("not run here", report.waiting),
             )
             if refs
         ]
         if parts:
             line += " (" + "; ".join(parts) + ")"
-    sys.stdout.write(line + "\n")
+    lines = [line]
+    again = " ".join(
+        ["sagacity", "compensate", shlex.quote(result.saga_id)]
+        + [f"--tools {shlex.quote(spec)}" for spec in args.tools or ()]
+    )
+    code = EXIT_OK
+    if report is not None and report.waiting:
+        first = report.waiting[0]
+        lines.append(
+            ("rejected; " if rejected else "not compensated here; ")
+            + "the undo runs where the tools are: no compensation for tool "
+            f"{first.tool_name!r} (call {first.call_id!r}) is registered in this process, "
+            f"so the walk stopped before it and journaled nothing for {len(report.waiting)} "
+            f"call(s). Run 'sagacity compensate {shlex.quote(result.saga_id)} --tools "
+            "MODULE:OBJECT' naming the object that holds the saga's tools, or "
+            f"Sagacity.compensate({result.saga_id!r}) in a worker that wraps them"
+        )
+        code = EXIT_ELSEWHERE
+    elif result.outcome is SagaOutcome.NEEDS_ATTENTION:
+        lines.append(
+            "still dirty: a call or compensation is in doubt; 'sagacity doubts' lists it, "
+            f"'sagacity resolve' settles it, then run '{again}'"
+        )
+        code = EXIT_DIRTY
+    elif result.outcome is SagaOutcome.COMPENSATION_FAILED:
+        lines.append(
+            "still dirty: a compensation failed (the error is in 'sagacity show "
+            f"{shlex.quote(result.saga_id)} --payloads'); fix its cause and run '{again}'"
+        )
+        code = EXIT_DIRTY
+    sys.stdout.write("".join(printable(text) + "\n" for text in lines))
+    return code
 
 
 def reject(args: argparse.Namespace) -> int:
     """`sagacity reject SAGA --approver NAME --reason TEXT`."""
     approver = _name(args.approver, "--approver")
     reason = _name(args.reason, "--reason")
-    sources = [_load_tools(spec) for spec in args.tools or ()]
+    sources = [load_tools(spec) for spec in args.tools or ()]
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.reject(
             args.saga, approver=approver, reason=reason, request_id=args.request_id
         )
-    _outcome(result)
-    return EXIT_OK
+    return _outcome(result, args, rejected=True)
 
 
 def compensate(args: argparse.Namespace) -> int:
     """`sagacity compensate SAGA`."""
-    sources = [_load_tools(spec) for spec in args.tools or ()]
+    sources = [load_tools(spec) for spec in args.tools or ()]
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.compensate(args.saga)
-    _outcome(result)
-    return EXIT_OK
+    return _outcome(result, args)
 
 
 FINDINGS = {
@@ -232,40 +271,15 @@ def _check_doubt(sagacity: Sagacity, saga_id: str, call_id: str, *, on_compensat
         )
 
 
-def _load_tools(spec: str) -> object:
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise CliError(f"--tools {spec!r}: give module:object, such as myapp.tools:OrderTools")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise CliError(f"--tools {spec!r}: cannot import {module_name!r}: {error}") from None
-    target: Any = module
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise CliError(f"--tools {spec!r}: {module_name!r} has no {attribute!r}") from None
-    if isinstance(target, type):
-        try:
-            target = target()
-        except TypeError as error:
-            raise CliError(
-                f"--tools {spec!r}: cannot make an instance of {attribute} without arguments "
-                f"({error}); point --tools at an instance instead"
-            ) from None
-    return target
-
-
 def resume(args: argparse.Namespace) -> int:
     """`sagacity resume SAGA --tools module:object`."""
-    sources = [_load_tools(spec) for spec in args.tools]
+    sources = [load_tools(spec) for spec in args.tools]
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.resume_saga(args.saga, request_id=args.request_id)
-    _outcome(result)
+    code = _outcome(result, args)
     if result.value is not None:
         result_json = orjson.dumps(result.value, default=repr).decode()
         sys.stdout.write(printable(f"result: {result_json}") + "\n")
-    return EXIT_OK
+    return code

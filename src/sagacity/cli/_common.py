@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib
 import os
 import re
 import sys
@@ -22,6 +23,8 @@ from sagacity.saga import Sagacity
 __all__ = [
     "EXIT_BROKEN_PIPE",
     "EXIT_DATABASE",
+    "EXIT_DIRTY",
+    "EXIT_ELSEWHERE",
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
@@ -33,6 +36,7 @@ __all__ = [
     "database_url",
     "emit_json",
     "emit_table",
+    "load_tools",
     "match_hash",
     "opened",
     "printable",
@@ -50,6 +54,12 @@ EXIT_DATABASE = 3
 """The database cannot be reached or read."""
 EXIT_OUTPUT = 4
 """An output file or directory cannot be written."""
+EXIT_DIRTY = 5
+"""`compensate`, `reject` or `resume` ran, and the saga is still dirty: it ended
+COMPENSATION_FAILED, or NEEDS_ATTENTION with a call or compensation in doubt."""
+EXIT_ELSEWHERE = 6
+"""`compensate`, `reject` or `resume` left compensations to a process that has the tools:
+none is registered in this one (`--tools`), and nothing was journaled for them."""
 EXIT_INTERRUPTED = 130
 """Ctrl-C."""
 EXIT_BROKEN_PIPE = 141
@@ -241,3 +251,39 @@ def match_hash(given: str | None, actual: str, what: str) -> str | None:
             f"  given   {typed}\n  request {actual}\n  {' ' * (8 + at)}^"
         )
     return typed
+
+
+def load_tools(spec: str) -> object:
+    """The object `--tools MODULE:OBJECT` names; a class is made with no arguments.
+
+    The working directory is searched first, as `python -m` does: the application's own
+    modules are found where the command is run from, without setting PYTHONPATH.
+    """
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"--tools {spec!r}: give module:object, such as myapp.tools:OrderTools")
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise CliError(
+            f"--tools {spec!r}: cannot import {module_name!r}: {error}; it is looked for in "
+            f"the working directory ({os.getcwd()}) and on PYTHONPATH: run the command from "
+            "the application's folder, or set PYTHONPATH to it"
+        ) from None
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise CliError(f"--tools {spec!r}: {module_name!r} has no {attribute!r}") from None
+    if isinstance(target, type):
+        try:
+            target = target()
+        except TypeError as error:
+            raise CliError(
+                f"--tools {spec!r}: cannot make an instance of {attribute} without arguments "
+                f"({error}); point --tools at an instance instead"
+            ) from None
+    return target

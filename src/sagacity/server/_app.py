@@ -1,21 +1,24 @@
 """`router()` to mount in your app, `create_app()` for a ready one, `serve()` to run it.
 
 Mount the router in the app where your tools are wrapped: resuming an approved call runs
-the tool, so it has to be wrapped in the process that serves `POST .../resume`.
+the tool, and rejecting or compensating a saga runs its compensations, so they have to be
+wrapped in the process that serves them (`serve(tools=...)`, `sagacity serve --tools`).
+Where they are not, a rejection is journaled and the compensations are left, unjournaled,
+to a process that has them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from sagacity._stores import default_url
+from sagacity._stores import default_url, open_stores
 from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import Authenticator, TokenAuth, bind
@@ -176,6 +179,8 @@ def serve(
     approval_key: str | None = None,
     approval_public_keys: Sequence[str] | None = None,
     require_signed_approvals: bool = False,
+    create: bool = False,
+    tools: Iterable[object] = (),
 ) -> None:
     """Run `create_app` with uvicorn until interrupted (`sagacity serve`).
 
@@ -191,8 +196,16 @@ def serve(
             the files `SAGACITY_APPROVAL_PUBLIC_KEYS` lists.
         require_signed_approvals: Count only approvals signed with one of those keys (or
             the signing key); False leaves it to `SAGACITY_REQUIRE_SIGNED_APPROVALS`.
+        create: Create the database's tables if they are missing (a first deployment).
+            False: a database that does not exist, or holds no sagacity journal, is
+            refused, so that a mistyped URL never serves an empty inbox.
+        tools: Objects or functions to wrap (as `Sagacity.wrap` takes them): the server
+            then runs their compensations when a saga is rejected or compensated, and
+            resumes their approved calls.
 
     Raises:
+        DatabaseNotFoundError: `create` is False and the database does not exist or holds
+            no sagacity journal.
         ConfigurationError: A key cannot be loaded, or signatures are required and no
             key signs the approvals made here: they would never count.
     """
@@ -212,5 +225,16 @@ def serve(
             "approval service's private key"
         )
     url = database if database is None or "://" in database else f"sqlite:///{database}"
-    app = create_app(url, tokens=tokens, options=options)
-    uvicorn.run(app, host=host, port=port)
+    journal, approvals = open_stores(url or default_url(), create=create)
+    try:
+        sagacity = Sagacity(journal, approvals, **options)
+    except BaseException:
+        journal.close()
+        approvals.close()
+        raise
+    try:
+        sagacity.wrap(*tools)
+        app = create_app(sagacity, tokens=tokens)
+        uvicorn.run(app, host=host, port=port)
+    finally:
+        sagacity.close()

@@ -193,6 +193,9 @@ class CompensationModel(_Model):
     failed: list[CallRefModel]
     skipped: list[CallRefModel]
     in_doubt: list[CallRefModel]
+    waiting: list[CallRefModel] = []
+    """Compensations this server has not got: left, unjournaled, to a process with the
+    tools (`CompensationReport.waiting`)."""
 
     @classmethod
     def of(cls, report: CompensationReport) -> CompensationModel:
@@ -201,6 +204,7 @@ class CompensationModel(_Model):
             failed=[CallRefModel.of(r) for r in report.failed],
             skipped=[CallRefModel.of(r) for r in report.skipped],
             in_doubt=[CallRefModel.of(r) for r in report.in_doubt],
+            waiting=[CallRefModel.of(r) for r in report.waiting],
         )
 
 

@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from sagacity.errors import SagacityError
-from sagacity.saga import Sagacity
+from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.server._auth import APPROVER, OPERATOR, sagacity_of
 from sagacity.server._ui_http import (
     InboxSite,
@@ -92,9 +92,12 @@ def _decisions(router: APIRouter, site: InboxSite) -> None:
         result = sagacity.reject(
             saga_id, approver=session.principal.name, reason=reason, request_id=request_id
         )
-        session.flash.append(
-            f"Rejected by {session.principal.name}; the saga ended {result.outcome.value}."
-        )
+        if _report_walk(session, result):
+            session.flash.append(f"Rejected by {session.principal.name}.")
+        else:
+            session.flash.append(
+                f"Rejected by {session.principal.name}; the saga ended {result.outcome.value}."
+            )
         return saga_path(saga_id)
 
     @_action(router, site, "/requests/edit", APPROVER)
@@ -153,7 +156,8 @@ def _operations(router: APIRouter, site: InboxSite) -> None:
     def compensate(sagacity: Sagacity, session: Session, form: FormData) -> str:
         saga_id = form_field(form, "saga_id")
         result = sagacity.compensate(saga_id)
-        session.flash.append(f"Compensated: the saga ended {result.outcome.value}.")
+        if not _report_walk(session, result):
+            session.flash.append(f"Compensated: the saga ended {result.outcome.value}.")
         return saga_path(saga_id)
 
     @_action(router, site, "/sagas/resolve", OPERATOR)
@@ -175,3 +179,30 @@ def _operations(router: APIRouter, site: InboxSite) -> None:
             f"Recorded by {name}: {what} {call_id} " + ("ran." if done else "did not run.")
         )
         return saga_path(saga_id)
+
+
+def _report_walk(session: Session, result: SagaResult) -> bool:
+    """Warn, instead of a success banner, of a walk that left the saga dirty; True if so."""
+    report = result.compensation
+    saga = result.saga_id
+    if report is not None and report.waiting:
+        first = report.waiting[0]
+        session.warnings.append(
+            f"The undo has not run: no compensation for tool {first.tool_name!r} (call "
+            f"{first.call_id!r}) is registered in this server, so nothing was undone and "
+            f"no failure was journaled; the saga is {result.outcome.value}. The undo runs "
+            f"where the tools are: 'sagacity compensate {saga} --tools MODULE:OBJECT', a "
+            "worker that wraps them, or this server started with --tools MODULE:OBJECT."
+        )
+        return True
+    if result.outcome in (SagaOutcome.COMPENSATION_FAILED, SagaOutcome.NEEDS_ATTENTION):
+        session.warnings.append(
+            f"The saga ended {result.outcome.value}: it is still dirty. "
+            + (
+                "A compensation failed; fix its cause and compensate again."
+                if result.outcome is SagaOutcome.COMPENSATION_FAILED
+                else "A call or compensation is in doubt; resolve it, then compensate again."
+            )
+        )
+        return True
+    return False

@@ -178,6 +178,7 @@ class InboxSite:
             roles=", ".join(sorted(principal.effective_roles)) if principal else "",
             csrf=session.csrf if session is not None else "",
             flash=session.take_flash() if session is not None else None,
+            warning=session.take_warnings() if session is not None else None,
             events_url=f"{base}/events?{events}" if events and session is not None else "",
             **values,
         )

@@ -38,6 +38,8 @@ class Session:
     """When it was last used (monotonic seconds)."""
     flash: list[str] = dataclasses.field(default_factory=list)
     """Messages to show once, on the next page (what the last action did)."""
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    """What the last action left undone, shown once on the next page as a warning."""
 
     def csrf_ok(self, token: str | None) -> bool:
         """Whether `token` is this session's CSRF token (compared in constant time)."""
@@ -49,6 +51,14 @@ class Session:
             return None
         text = " ".join(self.flash)
         self.flash.clear()
+        return text
+
+    def take_warnings(self) -> str | None:
+        """The warnings queued for the next page, joined, and forget them."""
+        if not self.warnings:
+            return None
+        text = " ".join(self.warnings)
+        self.warnings.clear()
         return text
 
 
