@@ -1,15 +1,12 @@
 """Holding a saga's lease while this worker runs, resumes, compensates or resolves it.
 
-Also the read side, for the operator's views (`sagacity sagas`, `show`, `doubts`, the
-inbox, `GET /sagacity/sagas`): who holds each open saga and until when, or since when no
-live worker does (`leases_of`, `worker_of`).
+The read side, who holds each open saga for the operator's views, is `_lease_view`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import datetime
 import math
 import os
@@ -17,86 +14,27 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from sagacity._history import SagaHistory
+from sagacity._lease_view import holder_gone, leases_of, pid_namespace
 from sagacity._offloop import finished_off_loop
-from sagacity._summary import SagaSummary
 from sagacity.errors import JournalError, LeaseLostError, SagaBusyError
 from sagacity.journal import SideEffectJournal
-from sagacity.journal._lease import RELEASED, SagaLease, lease_time
+from sagacity.journal._lease import SagaLease
 
-__all__ = [
-    "OPEN_STATUSES",
-    "STALLED",
-    "LeaseKeeper",
-    "Worker",
-    "holder_gone",
-    "is_stalled",
-    "leases_of",
-    "worker_of",
-    "workers_of",
-]
-
-OPEN_STATUSES = frozenset({"OPEN", "AWAITING_APPROVAL", "SUSPENDED"})
-"""The statuses of a saga that has not ended: each has a worker to show."""
-
-STALLED = "STALLED"
-"""The filter for an `OPEN` saga with no live worker: its worker died, or nothing runs
-it. Not a status the journal records (a saga waiting for approval or paused by its
-framework waits for a person or its framework, not a worker)."""
+__all__ = ["LeaseKeeper"]
 
 _POLL = 0.05
 """The first pause between tries to take a busy saga's lease; it doubles up to 0.5 s."""
 
 
-def _pid_namespace() -> str | None:
-    """This process's PID namespace (`ns4026531836`), on Linux; None elsewhere."""
-    try:
-        link = os.readlink("/proc/self/ns/pid")  # "pid:[4026531836]"
-    except OSError:
-        return None
-    digits = "".join(c for c in link if c.isdigit())
-    return f"ns{digits}" if digits else None
-
-
 def _owner() -> str:
     """`host:pid:random`, and on Linux `:ns…`, the PID namespace (see `holder_gone`)."""
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    namespace = _pid_namespace()
+    namespace = pid_namespace()
     return owner if namespace is None else f"{owner}:{namespace}"
-
-
-def holder_gone(owner: str) -> bool:
-    """Whether the lease's holder is known dead: its process no longer exists.
-
-    Known only for a holder on this host and in this PID namespace (its owner names
-    both): there a process id that no longer exists cannot be running the saga, and a
-    process that died stays dead. Two containers may share a host name and not their
-    process ids, hence the namespace; a holder elsewhere, or of an older owner format,
-    is never said to be gone (its lease is waited out). A process id reused since says
-    alive: the taker waits, as it would have.
-    """
-    parts = owner.split(":")
-    if len(parts) != 4 or os.name != "posix":
-        return False
-    host, pid_text, _, namespace = parts
-    if host != socket.gethostname() or namespace != _pid_namespace():
-        return False
-    try:
-        pid = int(pid_text)
-    except ValueError:
-        return False
-    if pid <= 0 or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists, and is someone else's
-        return False
-    return False
 
 
 class LeaseKeeper:
@@ -385,128 +323,3 @@ class _Renewer:
 
 
 _renewer = _Renewer()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class Worker:
-    """Who works on an open saga, read from its lease: a live holder, or nobody since when."""
-
-    live: bool
-    """A worker holds the saga's lease now (it has not expired)."""
-    holder: str | None
-    """The lease's holder (host, process id, a random part), if the saga has a lease
-    that was not released; None if it was released, or it never had one."""
-    expires_at: str | None
-    """When the holder's lease expires (RFC 3339 UTC), if it was not released."""
-    since: str | None
-    """For no live worker: since when (the expiry a dead holder did not renew, or the
-    saga's last activity when the lease was let go); None while a worker holds it, or
-    when the holder's process is gone before its lease expired."""
-    gone: bool = False
-    """The holder's lease has not expired, but its process, on this host, is gone: the
-    next worker here takes the saga over at once (see `holder_gone`)."""
-
-    def to_json(self) -> dict[str, object]:
-        """The worker as a JSON object."""
-        return dataclasses.asdict(self)
-
-    def describe(self) -> str:
-        """One line: `held by H until T`, or `no live worker since T (H stopped renewing)`."""
-        if self.live:
-            return f"held by {self.holder} until {self.expires_at}"
-        if self.gone:
-            return (
-                f"no live worker: {self.holder}'s process is gone (its lease would run to "
-                f"{self.expires_at})"
-            )
-        text = "no live worker" + ("" if self.since is None else f" since {self.since}")
-        if self.holder is not None:
-            text += f" ({self.holder} stopped renewing its lease)"
-        return text
-
-
-def worker_of(lease: SagaLease | None, now: datetime.datetime, last_at: str | None) -> Worker:
-    """How an open saga's lease stands at `now`; `last_at` is the saga's last activity."""
-    if lease is None or lease.expires_at == RELEASED:
-        return Worker(live=False, holder=None, expires_at=None, since=last_at)
-    expiry = lease_time(lease.expires_at)
-    if lease.expires_at > now:
-        gone = holder_gone(lease.owner)
-        return Worker(live=not gone, holder=lease.owner, expires_at=expiry, since=None, gone=gone)
-    return Worker(live=False, holder=lease.owner, expires_at=expiry, since=expiry)
-
-
-def workers_of(
-    journal: SideEffectJournal, summaries: Sequence[SagaSummary], now: datetime.datetime
-) -> dict[str, Worker]:
-    """The worker of each saga among `summaries` that has not ended, by saga id."""
-    open_ids = [s.saga_id for s in summaries if s.status in OPEN_STATUSES]
-    leases = leases_of(journal, open_ids)
-    return {
-        s.saga_id: worker_of(leases.get(s.saga_id), now, s.last_at)
-        for s in summaries
-        if s.status in OPEN_STATUSES
-    }
-
-
-def is_stalled(summary: SagaSummary, worker: Worker | None) -> bool:
-    """An `OPEN` saga that no live worker holds (see `STALLED`)."""
-    return summary.status == "OPEN" and worker is not None and not worker.live
-
-
-def leases_of(journal: SideEffectJournal, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
-    """The lease rows of `saga_ids` (those that have one), read without taking anything.
-
-    Read straight from each backend's lease table, since taking a lease to look at it
-    would take over a dead holder's saga. A journal of another kind, or a database
-    without the table, gives none: the views then say no live worker is known.
-    """
-    from sagacity.journal import InMemoryJournal, SqliteJournal
-
-    if not saga_ids:
-        return {}
-    if isinstance(journal, InMemoryJournal):
-        with journal._lock:
-            return {s: journal._leases[s] for s in saga_ids if s in journal._leases}
-    if isinstance(journal, SqliteJournal):
-        return _sqlite_leases(journal, saga_ids)
-    if type(journal).__name__ == "PostgresJournal":  # imported only where psycopg is
-        return _postgres_leases(journal, saga_ids)
-    return {}
-
-
-def _lease(saga_id: str, owner: str, token: int, expires_at: datetime.datetime) -> SagaLease:
-    return SagaLease(saga_id=saga_id, owner=owner, token=token, expires_at=expires_at)
-
-
-def _sqlite_leases(journal: object, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
-    import sqlite3
-
-    found: dict[str, SagaLease] = {}
-    with journal._lock:  # type: ignore[attr-defined]
-        for start in range(0, len(saga_ids), 500):  # under SQLite's 999 parameters
-            chunk = list(saga_ids[start : start + 500])
-            query = (
-                "SELECT saga_id, owner, token, expires_at FROM sagacity_lease WHERE saga_id "
-                f"IN ({', '.join('?' for _ in chunk)})"
-            )
-            try:
-                rows = journal._cursor.execute(query, chunk).fetchall()  # type: ignore[attr-defined]
-            except sqlite3.Error:  # a database made before leases: none to show
-                return {}
-            for saga_id, owner, token, expires in rows:
-                when = datetime.datetime.fromisoformat(expires)
-                found[saga_id] = _lease(saga_id, owner, token, when)
-    return found
-
-
-def _postgres_leases(journal: object, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
-    db = journal._db  # type: ignore[attr-defined]
-    query = (
-        f"SELECT saga_id, owner, token, expires_at FROM {db.tables.lease} WHERE saga_id = ANY(%s)"
-    )
-    rows = db.run(
-        lambda: f"cannot read the saga leases in {db.settings.where}",
-        lambda conn: conn.execute(query, (list(saga_ids),)).fetchall(),
-    )
-    return {str(r[0]): _lease(str(r[0]), str(r[1]), int(r[2]), r[3]) for r in rows}

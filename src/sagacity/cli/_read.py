@@ -15,7 +15,7 @@ import orjson
 
 from sagacity._display import journal_table
 from sagacity._history import SagaHistory, payload_of
-from sagacity._leasing import (
+from sagacity._lease_view import (
     OPEN_STATUSES,
     STALLED,
     Worker,

@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
-from sagacity._leasing import STALLED, Worker, is_stalled, workers_of
+from sagacity._lease_view import STALLED, Worker, is_stalled, workers_of
 from sagacity._summary import SagaSummary, list_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify

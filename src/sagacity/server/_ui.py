@@ -23,18 +23,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import orjson
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from sagacity._history import payload_of
 from sagacity._ids import require_id
-from sagacity._leasing import STALLED, Worker, is_stalled, workers_of
+from sagacity._lease_view import STALLED, Worker, is_stalled, workers_of
 from sagacity._summary import STATUSES, iter_doubts, list_summaries, summary_of
 from sagacity._unicode import principal_key
 from sagacity.approval import ApprovalRequest
-from sagacity.audit import verify
+from sagacity.audit import iter_entries, verify
 from sagacity.errors import ConfigurationError, JournalError, SagacityError
-from sagacity.journal import JournalEntry
+from sagacity.journal import JournalEntry, Phase
 from sagacity.saga import Sagacity
 from sagacity.server._auth import APPROVER, OPERATOR, VIEWER, sagacity_of
 from sagacity.server._ui_actions import add_actions
@@ -64,6 +66,7 @@ from sagacity.server._ui_inbox import (
     saga_path,
     started_by,
     timeline,
+    visible,
 )
 from sagacity.server._ui_sessions import SessionStore
 
@@ -158,6 +161,9 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 "workflow": item.workflow,
                 "stage": item.stage,
                 "edits": [edit_view(edit) for edit in item.edits],
+                "glance": _glance(item.input),
+                "more": isinstance(item.input, dict) and len(item.input) > _GLANCE_FIELDS,
+                "asked_by": item.started_by,
             }
             for item in items
         ]
@@ -241,6 +247,21 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             return refused or Response(status_code=500)
         try:
             view = await run_in_threadpool(_request_view, sagacity_of(request), request_id)
+        except _NoLongerWaiting as gone:
+            base = inbox.base(request)
+            response = inbox.page(
+                request,
+                "decided.html",
+                session=session,
+                http_status=410,
+                title="No longer waiting",
+                heading="No longer waiting",
+                message=gone.message,
+                saga_id=gone.saga_id,
+                saga_status=gone.saga_status,
+                saga_url=base + saga_path(gone.saga_id),
+            )
+            return inbox.finish(request, response)
         except Refusal as refusal:
             return inbox.finish(request, inbox.refusal(request, refusal, session))
         except SagacityError as error:
@@ -423,6 +444,31 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         return response
 
 
+_GLANCE_FIELDS = 3
+_GLANCE_CHARS = 40
+
+
+def _glance(value: Any) -> list[tuple[str, str]]:
+    """The first fields of an input, an `amount` first, for the queue: what is asked.
+
+    Each value is cut at 40 characters (the request page shows it whole), and shown with
+    every invisible or reordering character escaped, as the request page shows it.
+    """
+    if not isinstance(value, dict):
+        return [("", visible(_cut(orjson.dumps(value).decode())))]
+    keys = sorted(value, key=lambda key: key != "amount")[:_GLANCE_FIELDS]
+    shown = []
+    for key in keys:
+        field = value[key]
+        text = field if isinstance(field, str) else orjson.dumps(field).decode()
+        shown.append((visible(str(key)), visible(_cut(text))))
+    return shown
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _GLANCE_CHARS else text[: _GLANCE_CHARS - 1] + "…"
+
+
 def _worker_text(worker: Worker | None) -> str | None:
     """The worker of a saga that has not ended, in words (as `sagacity sagas` says it)."""
     return None if worker is None else worker.describe()
@@ -442,6 +488,7 @@ def _request_view(
     require_id(request_id, "request id")
     stored = sagacity.approvals.get(request_id)
     if stored is None:
+        _raise_if_used(sagacity, request_id)
         raise Refusal(
             404,
             f"no pending approval request {request_id!r}: it was decided, used or never asked",
@@ -459,6 +506,56 @@ def _request_view(
     if item is not None and item.kind == "gate":
         flow = run_flow(sagacity, shown.saga_id, gate_stage=item.stage)
     return shown, entries, items, flow
+
+
+class _NoLongerWaiting(Exception):
+    """A request the journal asked, and that was decided, used or closed since."""
+
+    def __init__(self, message: str, saga_id: str, saga_status: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.saga_id = saga_id
+        self.saga_status = saga_status
+
+
+def _raise_if_used(sagacity: Sagacity, request_id: str) -> None:
+    """Raise `_NoLongerWaiting` saying how a request the journal asked was settled.
+
+    A bookmarked request page outlives its request (deleted once it is used, rejected or
+    edited): the journal still has its AWAITING_APPROVAL, found by a scan of the journal
+    (only on this path, for an id the store does not hold).
+    """
+    asked = next(
+        (
+            entry
+            for entry in iter_entries(sagacity.journal)
+            if entry.phase is Phase.AWAITING_APPROVAL
+            and payload_of(entry).get("request_id") == request_id
+        ),
+        None,
+    )
+    if asked is None:
+        return
+    entries = sagacity.history(asked.saga_id)
+    what: list[str] = []
+    for entry in entries:
+        payload = payload_of(entry)
+        if entry.ref_seq == asked.seq and entry.phase is Phase.APPROVED:
+            what.append(f"approved by {payload.get('approver')} at {entry.recorded_at}")
+        elif entry.ref_seq == asked.seq and entry.phase is Phase.REJECTED:
+            by = payload.get("rejected_by") or payload.get("approver") or payload.get("by")
+            why = payload.get("reason")
+            what.append(f"rejected by {by} at {entry.recorded_at}" + (f": {why}" if why else ""))
+        elif entry.phase is Phase.INTENT and payload.get("request_id") == request_id:
+            ran = next((e for e in entries if e.ref_seq == entry.seq), None)
+            outcome = "no outcome yet" if ran is None else ran.phase.value
+            what.append(f"its call ran at seq {entry.seq} ({outcome})")
+    summary = summary_of(asked.saga_id, entries)
+    message = (
+        f"Request {request_id} for {asked.tool_name} (saga {asked.saga_id}) is no longer "
+        "waiting for a decision" + (": " + "; ".join(what) if what else "") + "."
+    )
+    raise _NoLongerWaiting(message, asked.saga_id, summary.status)
 
 
 def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:

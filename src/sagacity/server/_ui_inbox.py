@@ -85,6 +85,10 @@ class InboxItem:
     """The gate's stage; None for a tool."""
     edits: tuple[InputEdit, ...] = ()
     """The edits that made its input, oldest first; empty when nobody edited it."""
+    input: Any = None
+    """The input it would run with (for the queue's glance at its first fields)."""
+    started_by: str | None = None
+    """Who started its saga, as the journal records it: who asked."""
 
 
 def approvers_required(request: ApprovalRequest) -> int:
@@ -133,6 +137,8 @@ def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxIte
                 workflow=workflow,
                 stage=stage,
                 edits=edits,
+                input=request.input,
+                started_by=request.started_by,
             )
         )
     items.sort(key=lambda item: (item.requested_at, item.item_id))

@@ -130,7 +130,7 @@ def test_a_gate_s_timeout_is_its_expiry_on_the_queue_and_its_page(
     page, errors = new_page(browser)
     sign_in(page, server_url, "tok-ada")
     row = page.locator(f'tr[data-request="{waiting.request_id}"]')
-    expires = row.locator("td").nth(4)
+    expires = row.locator("td.expires")
     assert expires.get_attribute("title") == deadline.isoformat()
     assert expires.inner_text().startswith("in ")
     assert expires.inner_text() != "never"
