@@ -158,6 +158,13 @@ class Sagacity(ApprovalDecisions):
         self.journal.close()
         self.approvals.close()
 
+    def __enter__(self) -> Sagacity:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Close the stores, whether the block returned or raised; nothing is suppressed."""
+        self.close()
+
     # -- tools ---------------------------------------------------------------------------
 
     def wrap(self, *sources: object) -> list[SagaTool]:
