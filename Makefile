@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint types browser docs bench clean
+.PHONY: demo test test-matrix test-latest lint types browser docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,41 @@ browser:
 # Three workers on two cores: many tests wait on subprocesses, servers and a browser.
 test: lint types browser
 	$(BIN)/pytest -n 3 --dist loadfile
+
+# The suite on each Python 3.11+ found on the PATH (python3.12) or in pyenv's versions folder,
+# each in a venv of its own (.venv-3.12); not part of `test`, which runs one Python.
+MATRIX := 3.11 3.12 3.13
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+
+test-matrix: browser
+	@passed=; failed=; missing=; \
+	for v in $(MATRIX); do \
+	  py=; \
+	  for c in $$(command -v python$$v) $$(ls -d $(PYENV_VERSIONS)/$$v.*/bin/python 2>/dev/null | sort -rV); do \
+	    [ "$$($$c -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "$$v" ] && { py=$$c; break; }; \
+	  done; \
+	  [ -n "$$py" ] || { echo "== Python $$v: not found"; missing="$$missing $$v"; continue; }; \
+	  venv=.venv-$$v; echo "== Python $$v: $$py in $$venv"; \
+	  if [ ! $$venv/.installed-dev -nt pyproject.toml ]; then \
+	    { $$py -m venv $$venv && $$venv/bin/python -m pip install --quiet --upgrade pip \
+	      && $$venv/bin/pip install --quiet -e '.[dev]' && touch $$venv/.installed-dev; } \
+	      || { failed="$$failed $$v"; continue; }; \
+	  fi; \
+	  if $$venv/bin/pytest -n 3 --dist loadfile; then passed="$$passed $$v"; else failed="$$failed $$v"; fi; \
+	done; \
+	echo "test-matrix: passed on:$${passed:- none}; failed on:$${failed:- none}; not found:$${missing:- none}"; \
+	[ -n "$$passed" ] && [ -z "$$failed" ]
+
+# The newest releases the extras' pins allow, in a venv of their own, against the framework
+# adapters: what a user installing today gets.
+LATEST := .venv-latest
+
+test-latest:
+	[ -x $(LATEST)/bin/python ] || $(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
+	$(LATEST)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	@$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(langchain|langgraph|openai-agents|pydantic-ai|mcp)[-a-z]* '
+	$(LATEST)/bin/pytest -n 3 --dist loadfile tests/integrations
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --site-dir site
