@@ -626,10 +626,10 @@ class TestTheApprovalGateOffTheLoop:
 
 SETTLING = """
 import asyncio
-from sagacity._scope import _Gates
+from sagacity._gates import Gates
 
 async def main():
-    gates = _Gates(asyncio.get_running_loop())
+    gates = Gates(asyncio.get_running_loop())
     await gates.turn.acquire()  # a gate holds the turn
     queued = asyncio.create_task(gates.run(lambda: None))
     await asyncio.sleep(0)  # it waits for its turn

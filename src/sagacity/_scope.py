@@ -1,18 +1,20 @@
-"""The saga scope: the open saga that tool calls in this context journal into."""
+"""The saga scope: the open saga that tool calls in this context journal into.
+
+Its approval gates are `_gates`'; running the work inside it is `_saga_run`'s.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import contextvars
-import inspect
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from sagacity import _telemetry
+from sagacity._gates import Gates
 from sagacity._history import SagaHistory
-from sagacity._offloop import finished_off_loop
 from sagacity._running import RunningCalls, checked_wait
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.errors import SagacityError, SagaStateError
@@ -30,12 +32,13 @@ if TYPE_CHECKING:
 __all__ = [
     "CurrentCall",
     "SagaScope",
-    "arun_in",
+    "call_var",
     "current_call",
     "current_scope",
-    "run_coroutine",
-    "run_in",
+    "scope_var",
 ]
+
+T = TypeVar("T")
 
 
 class CurrentCall(NamedTuple):
@@ -89,7 +92,7 @@ class SagaScope:
         self._state = threading.Lock()
         """Guards the call counters, the first error and `_gates` alone: the loop takes it
         while a gate may hold `lock` on a worker thread."""
-        self._gates: _Gates | None = None
+        self._gates: Gates | None = None
         """The saga's approval gates, on the first event loop that used them (see `gate`)."""
         self.running_call_wait = running_call_wait
         """How long the run waits for the calls its work left running (`finish_calls`)."""
@@ -300,7 +303,7 @@ class SagaScope:
         if gates is not None:
             await gates.settled()
 
-    def _gates_here(self) -> _Gates | None:
+    def _gates_here(self) -> Gates | None:
         """The saga's gates if the running loop has them, taking them if nobody does."""
         loop = asyncio.get_running_loop()
         gates = self._gates
@@ -313,7 +316,7 @@ class SagaScope:
                 or gates.loop.is_closed()  # what it counted can never end now
                 or (gates.idle and not gates.loop.is_running())
             ):
-                gates = self._gates = _Gates(loop)
+                gates = self._gates = Gates(loop)
             return gates if gates.loop is loop else None
 
     def _first_payload(self, payload: JsonValue) -> JsonValue:
@@ -366,11 +369,11 @@ class SagaScope:
         For an integration that runs the calls of one saga across requests (see
         `Sagacity.join`): each request's body runs inside.
         """
-        token = _scope.set(self)
+        token = scope_var.set(self)
         try:
             yield self
         finally:
-            _scope.reset(token)
+            scope_var.reset(token)
 
     def refuse_if_ended(self, consequence: str) -> None:
         """Raise if another worker ended the saga since this scope read it.
@@ -393,92 +396,19 @@ class SagaScope:
             self.history.reload(self.owner.journal)
 
 
-T = TypeVar("T")
-
-
-class _Gates:
-    """A saga's approval gates on one event loop, and the loop-side appends they wait for."""
-
-    __slots__ = ("gating", "idle_waiters", "loop", "turn", "writing", "written")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.turn = asyncio.Lock()
-        """Taken by each gate in turn, in the order they were called (asyncio's is FIFO)."""
-        self.gating = 0
-        """Gates holding or waiting for `turn`: the saga's loop-side work waits."""
-        self.idle_waiters: set[asyncio.Future[None]] = set()
-        """Set when `gating` drops to 0: the loop-side work waiting for it goes on."""
-        self.writing = 0
-        """Async appends of the saga under way on the loop: a gate waits for them."""
-        self.written: asyncio.Future[None] | None = None
-        """Set when `writing` drops to 0 while a gate waits for it."""
-
-    @property
-    def idle(self) -> bool:
-        return not self.gating and not self.writing
-
-    async def run(self, step: Callable[[], T]) -> T:
-        self.gating += 1
-        try:
-            async with self.turn:
-                while self.writing:
-                    self.written = self.loop.create_future()
-                    await self.written
-                return await finished_off_loop(step)
-        finally:
-            self.gating -= 1
-            if not self.gating:
-                for waiter in self.idle_waiters:
-                    if not waiter.done():
-                        waiter.set_result(None)
-
-    async def settled(self) -> None:
-        """Wait until no gate runs or waits.
-
-        On a future set when the last gate ends, never on `turn`: a gate cancelled while
-        it waits for `turn` still counts until its task runs, and taking the free `turn`
-        meanwhile would not wait at all, so the check would go round without ever letting
-        that task run.
-        """
-        while self.gating:
-            idle = self.loop.create_future()
-            self.idle_waiters.add(idle)
-            try:
-                await idle
-            finally:
-                self.idle_waiters.discard(idle)
-
-    async def settle_holding_cancels(self) -> asyncio.CancelledError | None:
-        """`settled`, through cancels: the last that came meanwhile, for the caller to raise."""
-        cancelled = None
-        while self.gating:
-            try:
-                await self.settled()
-            except asyncio.CancelledError as error:
-                cancelled = error
-        return cancelled
-
-    def wrote(self) -> None:
-        """An append under way has landed (or failed)."""
-        self.writing -= 1
-        if not self.writing and self.written is not None:
-            if not self.written.done():
-                self.written.set_result(None)
-            self.written = None
-
-
-_scope: contextvars.ContextVar[SagaScope | None] = contextvars.ContextVar(
+scope_var: contextvars.ContextVar[SagaScope | None] = contextvars.ContextVar(
     "sagacity_scope", default=None
 )
-_call: contextvars.ContextVar[CurrentCall | None] = contextvars.ContextVar(
+"""The saga open in this context: set by a run of its work (`_saga_run`) or `entered`."""
+call_var: contextvars.ContextVar[CurrentCall | None] = contextvars.ContextVar(
     "sagacity_call", default=None
 )
+"""The journaled call running in this context: set by the tool around the call."""
 
 
 def current_scope() -> SagaScope | None:
     """Return the saga open in this context, if any."""
-    return _scope.get()
+    return scope_var.get()
 
 
 def current_call() -> CurrentCall | None:
@@ -487,99 +417,4 @@ def current_call() -> CurrentCall | None:
     Hand `call_id` to payment and mail APIs as their idempotency key: it is the same
     when the call is retried, replayed or resumed.
     """
-    return _call.get()
-
-
-def run_in(scope: SagaScope, work: Callable[[], Any]) -> tuple[Any, Exception | None]:
-    """Run `work` with `scope` open; return what it returned, or what it raised.
-
-    Then wait for the calls it left running, up to the scope's `running_call_wait` (see
-    `finish_calls`).
-    """
-    tracing = _telemetry.current
-    span = None if tracing is None else tracing.saga_started(scope.saga_id)
-    token = _scope.set(scope)
-    value: Any = None
-    error: Exception | None = None
-    try:
-        try:
-            value = work()
-        except Exception as raised:
-            error = raised
-        finally:
-            _scope.reset(token)
-            scope.close()
-            if tracing is not None:
-                tracing.saga_work_done(span)
-        scope.finish_calls(scope.running_call_wait)
-    except BaseException:
-        scope.calls.abandon()  # interrupted: the saga stays open, and nothing more lands in it
-        raise
-    if error is not None:
-        return None, error
-    if inspect.iscoroutine(value):
-        value.close()  # never started: nothing in it ran
-        return None, TypeError(
-            f"saga {scope.saga_id!r}: work returned a coroutine; run async work with "
-            "`await sagacity.asaga(...)`"
-        )
-    return _unconsumed_stream(scope, value)
-
-
-async def arun_in(
-    scope: SagaScope, work: Callable[[], Awaitable[Any]]
-) -> tuple[Any, Exception | None]:
-    """Run async `work` with `scope` open (see `run_in`)."""
-    tracing = _telemetry.current
-    span = None if tracing is None else tracing.saga_started(scope.saga_id)
-    token = _scope.set(scope)
-    outcome: Any = None
-    error: Exception | None = None
-    try:
-        try:
-            outcome = work()
-            if inspect.isawaitable(outcome):
-                outcome = await outcome
-        except Exception as raised:
-            outcome, error = None, raised
-        finally:
-            _scope.reset(token)
-            try:
-                await scope.settled()  # a gate that a call of the work began ends before the saga
-            finally:
-                scope.close()
-            if tracing is not None:
-                tracing.saga_work_done(span)
-        await scope.afinish_calls(scope.running_call_wait)
-    except BaseException:
-        scope.calls.abandon()  # interrupted: the saga stays open, and nothing more lands in it
-        raise
-    if error is not None:
-        return None, error
-    return _unconsumed_stream(scope, outcome)
-
-
-def _unconsumed_stream(scope: SagaScope, value: Any) -> tuple[Any, Exception | None]:
-    """Refuse a generator returned by the work: read later, its calls would run unjournaled.
-
-    A lazy stream (LangGraph's `graph.stream()`, say) runs in the reader's context, where
-    no saga is open. Closed before it started, it has run nothing.
-    """
-    if inspect.isgenerator(value) or inspect.isasyncgen(value):
-        if inspect.isgenerator(value):
-            value.close()  # an async generator that never started needs no closing
-        return None, TypeError(
-            f"saga {scope.saga_id!r}: work returned a stream ({type(value).__name__}) that was "
-            "never read; consume it inside the work, e.g. `lambda: list(graph.stream(...))`"
-        )
-    return value, None
-
-
-def run_coroutine(coroutine: Coroutine[Any, Any, T], what: str) -> T:
-    """Run an async resume to completion from sync code that has no event loop running."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    coroutine.close()
-    raise SagaStateError(f"{what} and an event loop is running here: await aresume_saga instead")
+    return call_var.get()

@@ -19,7 +19,8 @@ from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
 from sagacity._leasing import LeaseKeeper
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
-from sagacity._scope import SagaScope, arun_in, current_scope, run_coroutine, run_in
+from sagacity._saga_run import arun_in, run_coroutine, run_in
+from sagacity._scope import SagaScope, current_scope
 from sagacity._stored_call import rebuilt_arguments, wrapped_tool
 from sagacity._wrap import wrap_sources
 from sagacity.approval import (

@@ -13,7 +13,7 @@ from sagacity._call import PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
 from sagacity._offloop import FinishedThenCancelled
 from sagacity._owner import SagaOwner
-from sagacity._scope import CurrentCall, SagaScope, _call, current_scope
+from sagacity._scope import CurrentCall, SagaScope, call_var, current_scope
 from sagacity.annotations import Retry, Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError, NoSagaError, SerializationError
@@ -214,7 +214,7 @@ class SagaTool:
             return value
         if decision is PAUSE:
             return (on_approval_needed or awaiting_approval_message)(value)
-        token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
+        token = call_var.set(CurrentCall(scope.saga_id, call.call_id, self.name))
         try:
             while True:
                 try:
@@ -227,7 +227,7 @@ class SagaTool:
                         raise
                 time.sleep(wait)
         finally:
-            _call.reset(token)
+            call_var.reset(token)
         call.executed(result)
         return result
 
@@ -260,7 +260,7 @@ class SagaTool:
             if decision is PAUSE:
                 paused = (on_approval_needed or awaiting_approval_message)(value)
                 return await paused if inspect.isawaitable(paused) else paused
-            token = _call.set(CurrentCall(scope.saga_id, call.call_id, self.name))
+            token = call_var.set(CurrentCall(scope.saga_id, call.call_id, self.name))
             try:
                 while True:
                     try:
@@ -276,7 +276,7 @@ class SagaTool:
                             raise
                     await call.abackoff(wait, failure)
             finally:
-                _call.reset(token)
+                call_var.reset(token)
             await call.aexecuted(result)
         except _JOURNALED_CANCELS as cancelled:
             # What the journal holds is recorded by now; the caller gets the plain cancel

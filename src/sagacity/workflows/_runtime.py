@@ -20,7 +20,7 @@ from typing import Any
 
 from sagacity._history import SagaHistory, payload_of
 from sagacity._ids import require_id, require_name
-from sagacity._scope import run_coroutine
+from sagacity._saga_run import run_coroutine
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._check import journaled_request
 from sagacity.errors import (
