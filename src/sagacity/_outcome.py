@@ -28,7 +28,7 @@ from sagacity.errors import (
     SagacityError,
     SagaStateError,
 )
-from sagacity.journal import JournalEntry, Phase, SideEffectJournal, to_json
+from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, to_json
 
 __all__ = ["SagaEnding", "SagaOutcome", "SagaResult"]
 
@@ -112,7 +112,14 @@ class SagaEnding:
         self._runner = runner
 
     def resolve(
-        self, history: SagaHistory, call_id: str, *, executed: bool, result: Any, by: str
+        self,
+        history: SagaHistory,
+        call_id: str,
+        *,
+        executed: bool,
+        result: Any,
+        by: str,
+        reason: str | None = None,
     ) -> JournalEntry:
         """Journal a human's finding on a call in doubt: it ran (with `result`) or not.
 
@@ -133,6 +140,8 @@ class SagaEnding:
                 "result": to_json(result, where=f"saga {saga_id!r} call {call_id!r} result"),
                 "resolved_by": by,
             }
+            if reason is not None:
+                payload["reason"] = reason
             return history.append(
                 self._journal,
                 Phase.EXECUTED,
@@ -146,6 +155,9 @@ class SagaEnding:
             key=lambda c: c.intent.seq,
         )
         in_doubt = [c for c in attempts if history.may_have_run(c)]
+        not_run: dict[str, JsonValue] = {"kind": "not_run", "error": None, "resolved_by": by}
+        if reason is not None:
+            not_run["reason"] = reason
         entry = None
         for attempt in in_doubt:
             entry = history.append(
@@ -154,7 +166,7 @@ class SagaEnding:
                 tool_name=attempt.intent.tool_name,
                 call_id=call_id,
                 ref_seq=attempt.intent.seq,
-                payload={"kind": "not_run", "error": None, "resolved_by": by},
+                payload=not_run,
             )
         assert entry is not None  # the latest attempt is in doubt
         return entry

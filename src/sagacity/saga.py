@@ -268,27 +268,42 @@ class Sagacity(ApprovalDecisions):
             )
 
     def resolve(
-        self, saga_id: str, call_id: str, *, executed: bool, result: Any = None, by: str
+        self,
+        saga_id: str,
+        call_id: str,
+        *,
+        executed: bool,
+        result: Any = None,
+        by: str,
+        reason: str | None = None,
     ) -> JournalEntry:
         """Record a human's finding on an in-doubt call: it ran (with `result`) or not.
 
         A call resolved as executed is compensated by the next `compensate`, which then
-        ends the saga COMPENSATED once nothing else is in doubt.
+        ends the saga COMPENSATED once nothing else is in doubt. `reason`, how they found
+        out, is journaled with the finding when given.
         """
         require_name(by, "by")
         require_id(call_id, f"saga {saga_id!r}: call id")
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id, must_exist=True))
-            return self._ending.resolve(history, call_id, executed=executed, result=result, by=by)
+            return self._ending.resolve(
+                history, call_id, executed=executed, result=result, by=by, reason=reason
+            )
 
     def resolve_compensation(
-        self, saga_id: str, call_id: str, *, compensated: bool, by: str
+        self, saga_id: str, call_id: str, *, compensated: bool, by: str, reason: str | None = None
     ) -> JournalEntry:
-        """Settle a compensation in doubt: it took effect, or the next walk runs it again."""
+        """Settle a compensation in doubt: it took effect, or the next walk runs it again.
+
+        `reason`, how they found out, is journaled with the finding when given.
+        """
         require_id(call_id, f"saga {saga_id!r}: call id")
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._history(saga_id, must_exist=True))
-            return self._runner.resolve(history, call_id, compensated=compensated, by=by)
+            return self._runner.resolve(
+                history, call_id, compensated=compensated, by=by, reason=reason
+            )
 
     @contextlib.contextmanager
     def join(self, saga_id: str, *, started_by: str | None = None) -> Iterator[SagaScope]:

@@ -102,6 +102,50 @@ class TestCompensationInDoubt:
         assert "give --executed (with --result) or --not-executed" in done.stderr
 
 
+class TestReason:
+    def test_the_reason_is_journaled_with_the_finding(self, shared_store_url: str) -> None:
+        """--reason goes into the finding's payload, for a compensation and for a call."""
+        _compensation_in_doubt(shared_store_url, "r-1")
+        done = run_cli(
+            "resolve", "r-1", "reserve#1", "--undone", "--by", "ada",
+            "--reason", "the warehouse shows the stock back", "--database", shared_store_url,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert _tail(shared_store_url, "r-1") == [
+            (
+                "COMPENSATED",
+                2,
+                {"resolved_by": "ada", "reason": "the warehouse shows the stock back"},
+            )
+        ]
+        _call_in_doubt(shared_store_url, "r-2")
+        done = run_cli(
+            "resolve", "r-2", "reserve#1", "--not-executed", "--by", "ada",
+            "--reason", "no reservation in the warehouse", "--database", shared_store_url,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        sagacity = Sagacity.from_url(shared_store_url)
+        try:
+            last = sagacity.history("r-2")[-1]
+        finally:
+            sagacity.close()
+        assert (last.phase, last.payload) == (
+            Phase.FAILED,
+            {
+                "kind": "not_run",
+                "error": None,
+                "resolved_by": "ada",
+                "reason": "no reservation in the warehouse",
+            },
+        )
+        blank = run_cli(
+            "resolve", "r-2", "reserve#1", "--executed", "--by", "ada", "--reason", " ",
+            "--database", shared_store_url,
+        )  # fmt: skip
+        assert blank.returncode == 2
+        assert "--reason" in blank.stderr
+
+
 class TestMistakes:
     def test_a_call_the_saga_does_not_have_is_not_found(self, shared_store_url: str) -> None:
         """A mistyped call id is 'has no call' (exit 1), not 'is not in doubt'."""

@@ -156,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
         "--result", metavar="JSON", help="what the call returned, as JSON (with --executed)"
     )
     resolve.add_argument("--by", required=True, help="who found out (not empty)")
+    resolve.add_argument(
+        "--reason", help="how they found out (the provider's dashboard, a ticket), journaled"
+    )
 
     resume = command(
         "resume", "run an approved call with its journaled input and end the saga", signed=True

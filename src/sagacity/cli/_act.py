@@ -203,6 +203,7 @@ FINDINGS = {
 def resolve(args: argparse.Namespace) -> int:
     """`sagacity resolve SAGA CALL_ID FINDING --by NAME`: a call or its compensation."""
     by = _name(args.by, "--by")
+    reason = None if args.reason is None else _name(args.reason, "--reason")
     finding: str = args.finding
     result: Any = None
     if args.result is not None:
@@ -223,11 +224,16 @@ def resolve(args: argparse.Namespace) -> int:
         _check_doubt(sagacity, args.saga, args.call_id, on_compensation=on_compensation)
         if on_compensation:
             entry = sagacity.resolve_compensation(
-                args.saga, args.call_id, compensated=finding == "--undone", by=by
+                args.saga, args.call_id, compensated=finding == "--undone", by=by, reason=reason
             )
         else:
             entry = sagacity.resolve(
-                args.saga, args.call_id, executed=finding == "--executed", result=result, by=by
+                args.saga,
+                args.call_id,
+                executed=finding == "--executed",
+                result=result,
+                by=by,
+                reason=reason,
             )
     what = {
         "--executed": f"call {args.call_id!r} resolved as executed",

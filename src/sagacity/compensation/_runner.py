@@ -185,7 +185,13 @@ class CompensationRunner:
         )
 
     def resolve(
-        self, history: SagaHistory, call_id: str, *, compensated: bool, by: str
+        self,
+        history: SagaHistory,
+        call_id: str,
+        *,
+        compensated: bool,
+        by: str,
+        reason: str | None = None,
     ) -> JournalEntry:
         """Journal a human's finding on a compensation in doubt: it took effect or not.
 
@@ -215,6 +221,8 @@ class CompensationRunner:
         if not compensated:
             phase = Phase.COMPENSATION_FAILED
             payload = {"kind": NOT_RUN, "error": None, "resolved_by": by}
+        if reason is not None:
+            payload["reason"] = reason
         return history.append(
             self._journal,
             phase,
