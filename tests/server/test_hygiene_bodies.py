@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,8 +18,10 @@ import pytest
 from sagacity import Sagacity
 from sagacity.errors import ConfigurationError
 from sagacity.server import create_app
+from sagacity.workflows import WorkflowRuntime, WorkflowStatus
 from tests.server._bank import ALICE, Bank, start_wire, token_auth
 from tests.server._live import live_server
+from tests.workflows._refund import REQUEST, Ledger, RefundWorkflow
 
 LIMIT = 4096
 
@@ -173,3 +176,24 @@ class TestSetting:
         monkeypatch.setenv("SAGACITY_MAX_BODY_BYTES", "1MB")
         with pytest.raises(ConfigurationError, match="SAGACITY_MAX_BODY_BYTES='1MB'"):
             create_app(sagacity, token_auth(), ui=False)
+
+
+class TestWorkflowRoutes:
+    def test_a_gate_decision_without_credentials_is_refused_before_its_body(
+        self, tmp_path: Path
+    ) -> None:
+        """The workflow routes authenticate first too: 401 with the body never sent."""
+        sagacity = Sagacity.from_url(f"sqlite:///{tmp_path / 'sagacity.db'}")
+        try:
+            runtime = WorkflowRuntime(sagacity, [RefundWorkflow(Ledger(tmp_path / "l.txt"))])
+            runtime.start("refund-request", REQUEST, run_id="r-1")
+            app = create_app(sagacity, token_auth(), max_body_bytes=LIMIT)
+            with live_server(app) as url:
+                for path in ("gates/wire/approve", "gates/wire/reject"):
+                    status, body = _headers_only(
+                        url, f"/sagacity/workflows/r-1/{path}", {}, LIMIT - 1
+                    )
+                    assert (status, body["error"]) == (401, "Unauthorized"), path
+                assert runtime.get("r-1").status is WorkflowStatus.PAUSED_AT_GATE
+        finally:
+            sagacity.close()

@@ -24,7 +24,7 @@ from sagacity.saga import Sagacity
 from sagacity.server._auth import Authenticator, TokenAuth, bind
 from sagacity.server._errors import error_response
 from sagacity.server._events import events_router
-from sagacity.server._routes import BodyLimit, api_router, max_body_bytes_of
+from sagacity.server._routes import BodyLimit, api_router, authenticated_route, max_body_bytes_of
 from sagacity.server._workflow_routes import workflow_router
 
 __all__ = ["create_app", "router", "serve"]
@@ -92,7 +92,9 @@ def router(
         api_router(sagacity, authenticator, max_body_bytes=limit), prefix="/sagacity"
     )
     top.include_router(events_router(sagacity, poll_interval=poll_interval), prefix="/sagacity")
-    top.include_router(workflow_router())
+    top.include_router(
+        workflow_router(route_class=authenticated_route(sagacity, authenticator, limit))
+    )
     if ui:
         from sagacity.server._ui import ui_router
 

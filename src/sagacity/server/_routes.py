@@ -235,24 +235,17 @@ class SagaListPage(BaseModel):
     """Pass as `cursor` for the next page; null when there is no more."""
 
 
-class _IdRoute(SagacityRoute):
-    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path.
+class AuthenticatedRoute(SagacityRoute):
+    """A route whose request is authenticated, and its declared size checked, first.
 
-    Its request is authenticated, and its declared size checked, before its body is
-    read; the body is then read through `limit_body`. (FastAPI reads a body before it
-    solves a route's dependencies, `require` among them.)
+    Only then is its body read, through `limit_body`. (FastAPI reads a body before it
+    solves a route's dependencies, `require` among them.) Built with
+    `authenticated_route`; without an authenticator it is a plain `SagacityRoute`.
     """
 
     authenticator: Authenticator | None = None
     sagacity: Sagacity | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http":
-            return super().matches(scope)
-        # A copy: the router goes on matching other routes against the real path.
-        split: dict[str, Any] = {**scope, "path": _segmented(scope)}
-        return super().matches(split)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or (self.methods and scope["method"] not in self.methods):
@@ -273,6 +266,35 @@ class _IdRoute(SagacityRoute):
             await error_response(refusal)(scope, receive, send)
             return
         await super().handle(scope, limit_body(receive, self.max_body_bytes), send)
+
+
+class _IdRoute(AuthenticatedRoute):
+    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http":
+            return super().matches(scope)
+        # A copy: the router goes on matching other routes against the real path.
+        split: dict[str, Any] = {**scope, "path": _segmented(scope)}
+        return super().matches(split)
+
+
+def authenticated_route(
+    sagacity: Sagacity,
+    authenticator: Authenticator | None,
+    max_body_bytes: int,
+    base: type[AuthenticatedRoute] = AuthenticatedRoute,
+) -> type[AuthenticatedRoute]:
+    """A route class that authenticates with `authenticator` before reading a body."""
+    return type(
+        "SagacityApiRoute",
+        (base,),
+        {
+            "authenticator": staticmethod(authenticator) if authenticator else None,
+            "sagacity": sagacity,
+            "max_body_bytes": max_body_bytes,
+        },
+    )
 
 
 Viewer = Annotated[Principal, Depends(require(VIEWER))]
@@ -350,15 +372,7 @@ def api_router(
     another (`GET /sagas/Q%2Fverify` is saga `Q/verify`, never the verification of `Q`).
     """
     max_body_bytes = max_body_bytes_of(max_body_bytes)
-    route_class = type(
-        "SagacityApiRoute",
-        (_IdRoute,),
-        {
-            "authenticator": staticmethod(authenticator) if authenticator else None,
-            "sagacity": sagacity,
-            "max_body_bytes": max_body_bytes,
-        },
-    )
+    route_class = authenticated_route(sagacity, authenticator, max_body_bytes, _IdRoute)
     api = APIRouter(route_class=route_class, responses=ERROR_RESPONSES)
 
     @api.get("/sagas", response_model=SagaListPage, tags=["sagas"])

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict
 
 from sagacity.errors import SagaBusyError, SagacityError, SagaNotFoundError
@@ -133,7 +134,10 @@ def _gate(gate: GateRequest) -> GateModel:
 
 
 def workflow_router(
-    runtime: WorkflowRuntime | None = None, *, expire_interval: float | None = 30.0
+    runtime: WorkflowRuntime | None = None,
+    *,
+    expire_interval: float | None = 30.0,
+    route_class: type[APIRoute] = SagacityRoute,
 ) -> APIRouter:
     """The workflow routes, to include under `sagacity.server.router` (which binds auth).
 
@@ -142,6 +146,8 @@ def workflow_router(
             on the request's `Sagacity`.
         expire_interval: Seconds between two `expire_gates()` of the served runtimes,
             run while the app is up; None runs none (call `expire_gates` yourself).
+        route_class: The routes' class; `sagacity.server.router` passes one that
+            authenticates a request before it reads its body.
     """
 
     def served(sagacity: Sagacity) -> list[WorkflowRuntime]:
@@ -186,7 +192,7 @@ def workflow_router(
 
     api = APIRouter(
         prefix="/sagacity",
-        route_class=SagacityRoute,
+        route_class=route_class,
         responses=ERROR_RESPONSES,
         tags=["workflows"],
         lifespan=lifespan,
