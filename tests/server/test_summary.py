@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -125,7 +126,7 @@ class TestStates:
         try:
             for saga_id in ("a", "b", "c"):
                 _done(sagacity.journal, saga_id)
-            with sqlite3.connect(path) as db:
+            with contextlib.closing(sqlite3.connect(path)) as db, db:
                 db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
                 db.execute("UPDATE sagacity_journal SET phase = 'BOGUS' WHERE saga_id = 'b'")
             page = list_summaries(sagacity.journal)

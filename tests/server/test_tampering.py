@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 
@@ -25,7 +26,7 @@ def test_an_edited_stored_request_is_shown_tampered_and_not_approvable(
     """
     start_wire(sagacity, bank, "t-1", amount="10", to="acct-1")
     shown = pending_one(client, "t-1")
-    with sqlite3.connect(_db(db_url)) as db:
+    with contextlib.closing(sqlite3.connect(_db(db_url))) as db, db:
         db.execute(
             "UPDATE sagacity_approval_request SET input = ? WHERE request_id = ?",
             (json.dumps({"amount": "10", "to": "mallory"}), shown["request_id"]),
@@ -54,7 +55,7 @@ def test_an_unreadable_journal_row(client: TestClient, sagacity: Sagacity, db_ur
     """
     for saga_id in ("u-1", "u-2"):
         sagacity.saga(saga_id, lambda: sagacity.tool("reserve")(sku="x"))
-    with sqlite3.connect(_db(db_url)) as db:
+    with contextlib.closing(sqlite3.connect(_db(db_url))) as db, db:
         db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
         db.execute("UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'u-1'")
     listed = client.get("/sagacity/sagas", headers=VIEWER)
@@ -81,7 +82,7 @@ def test_an_unreadable_waiting_saga_leaves_the_others_approvable(
     """
     start_wire(sagacity, bank, "w-broken", amount="10", to="acct-1")
     start_wire(sagacity, bank, "w-fine", amount="20", to="acct-2")
-    with sqlite3.connect(_db(db_url)) as db:
+    with contextlib.closing(sqlite3.connect(_db(db_url))) as db, db:
         db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
         db.execute(
             "UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'w-broken' "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 from collections.abc import Iterator
@@ -657,7 +658,7 @@ class TestSagaPage:
 
         start_wire(sagacity, bank, "tamper-2", amount="10", to="acct-1")
         waiting = only_request(sagacity, "tamper-2")
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as db, db:
             db.execute(
                 "UPDATE sagacity_approval_request SET input = ? WHERE request_id = ?",
                 ('{"amount":"10000","to":"acct-666"}', waiting.request_id),
@@ -679,7 +680,7 @@ class TestSagaPage:
 
         start_wire(sagacity, bank, "tamper-1")
         path = db_url.removeprefix("sqlite:///")
-        with sqlite3.connect(path) as db:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
             db.execute(
                 "UPDATE sagacity_journal SET payload = ? WHERE saga_id = ? AND seq = 2",
@@ -773,7 +774,7 @@ class TestPageErrors:
         start_wire(sagacity, bank, "gone-1")
         waiting = only_request(sagacity, "gone-1")
         sign_in(app_client, "tok-vic")
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as db, db:
             db.execute("DROP TABLE sagacity_approval_request")
             db.execute("DROP TABLE sagacity_journal")
         response = app_client.get(UI + page.format(request_id=waiting.request_id))
@@ -795,7 +796,7 @@ class TestPageErrors:
         start_wire(sagacity, bank, "row-broken")
         start_wire(sagacity, bank, "row-fine")
         broken = only_request(sagacity, "row-broken")
-        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as db:
+        with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as db, db:
             db.execute("DROP TRIGGER sagacity_journal_no_update")  # as an intruder would
             db.execute(
                 "UPDATE sagacity_journal SET payload = '{not json' WHERE saga_id = 'row-broken'"

@@ -6,6 +6,7 @@ order, the run's status and stage flow, and the exact phases in the run's hash c
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -384,7 +385,7 @@ class TestApprovalBinding:
         paused(runtime)
         runtime.approve_gate("refund-1", "wire", "alice")
         path = sqlite_url[len("sqlite:///") :]
-        with sqlite3.connect(path) as db:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
             db.execute("DROP TRIGGER IF EXISTS sagacity_journal_no_update")
             for (name,) in db.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'trigger'"
