@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,21 @@ def kill_at(action: str, url: str, folder: Path, point: str) -> None:
     run_until_killed("tests.workflows._child", action, url, str(folder), RUN, point, when=point)
 
 
+_opened: list[Sagacity] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_stores() -> Iterator[None]:
+    """Close what `here` opened once the test ends."""
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def here(url: str, folder: Path) -> tuple[Sagacity, WorkflowRuntime]:
     """This process, as the second one: it waits for the killed worker's lease."""
     sagacity = Sagacity.from_url(url, lease_wait=15)
+    _opened.append(sagacity)
     ledger = Ledger(folder / "ledger.txt")
     return sagacity, WorkflowRuntime(sagacity, [RefundWorkflow(ledger), ReceiptWorkflow(ledger)])
 

@@ -24,48 +24,55 @@ class TestApprovalWithoutCallId:
         client's claim of approval, or with changed input is refused; after an approval recorded by
         another process it runs once with the approved input.
         """
-        sagacity, shop = Sagacity.from_url(sqlite_url), Shop()
-        approver_process = Sagacity.from_url(sqlite_url)
-        async with Client(mcp_server(sagacity, shop)) as client:
-            waiting = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
-            (request,) = sagacity.pending("pay-1")
-            early = await client.call_tool(
-                "send_wire_transfer", WIRE, meta={**meta("pay-1"), "sagacity/approved": True}
-            )
-            asked = (waiting.meta or {})[APPROVAL_META]
-            approver_process.approve(
-                "pay-1", approver="alice@ops", expected_sha256=asked["input_sha256"]
-            )
-            changed = await client.call_tool(
-                "send_wire_transfer", {**WIRE, "amount": "9999.00"}, meta=meta("pay-1")
-            )
-            ran = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
-            ended = await request_end_saga(client, "pay-1")
+        shop = Shop()
+        with (
+            Sagacity.from_url(sqlite_url) as sagacity,
+            Sagacity.from_url(sqlite_url) as approver_process,
+        ):
+            async with Client(mcp_server(sagacity, shop)) as client:
+                waiting = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
+                (request,) = sagacity.pending("pay-1")
+                early = await client.call_tool(
+                    "send_wire_transfer", WIRE, meta={**meta("pay-1"), "sagacity/approved": True}
+                )
+                asked = (waiting.meta or {})[APPROVAL_META]
+                approver_process.approve(
+                    "pay-1", approver="alice@ops", expected_sha256=asked["input_sha256"]
+                )
+                changed = await client.call_tool(
+                    "send_wire_transfer", {**WIRE, "amount": "9999.00"}, meta=meta("pay-1")
+                )
+                ran = await client.call_tool("send_wire_transfer", WIRE, meta=meta("pay-1"))
+                ended = await request_end_saga(client, "pay-1")
 
-        assert not waiting.is_error
-        assert text(waiting).startswith("[AWAITING_APPROVAL] send_wire_transfer was not run")
-        assert asked == request.to_json()  # the whole request, for the host to show a human
-        assert (asked["call_id"], asked["input"]) == (f"send_wire_transfer#1.{TOKEN}", WIRE)
-        assert early.is_error
-        assert "no approval is journaled for request" in text(early)
-        assert changed.is_error
-        assert "sha256" in text(changed)
-        assert text(ran) == "wire-100.00-ACME-IBAN"
-        assert shop.events == [("send_wire_transfer", "100.00", "ACME-IBAN")]
-        assert ended.outcome == "COMPLETED"
-        entries = sagacity.history("pay-1")
-        assert phases(entries) == [
-            ("AWAITING_APPROVAL", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
-            ("APPROVED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
-            ("REFUSED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),  # the changed input
-            ("INTENT", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
-            ("EXECUTED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
-            ("ENDED", None, None),
-        ]
-        assert entries[1].payload["approver"] == "alice@ops"
-        assert entries[2].payload["reason"] == "input_mismatch"
-        assert entries[3].payload["input"] == WIRE
-        assert verify(sagacity.journal, "pay-1").ok
+            assert not waiting.is_error
+            assert text(waiting).startswith("[AWAITING_APPROVAL] send_wire_transfer was not run")
+            assert asked == request.to_json()  # the whole request, for the host to show a human
+            assert (asked["call_id"], asked["input"]) == (f"send_wire_transfer#1.{TOKEN}", WIRE)
+            assert early.is_error
+            assert "no approval is journaled for request" in text(early)
+            assert changed.is_error
+            assert "sha256" in text(changed)
+            assert text(ran) == "wire-100.00-ACME-IBAN"
+            assert shop.events == [("send_wire_transfer", "100.00", "ACME-IBAN")]
+            assert ended.outcome == "COMPLETED"
+            entries = sagacity.history("pay-1")
+            assert phases(entries) == [
+                ("AWAITING_APPROVAL", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+                ("APPROVED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+                (
+                    "REFUSED",
+                    "send_wire_transfer",
+                    f"send_wire_transfer#1.{TOKEN}",
+                ),  # the changed input
+                ("INTENT", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+                ("EXECUTED", "send_wire_transfer", f"send_wire_transfer#1.{TOKEN}"),
+                ("ENDED", None, None),
+            ]
+            assert entries[1].payload["approver"] == "alice@ops"
+            assert entries[2].payload["reason"] == "input_mismatch"
+            assert entries[3].payload["input"] == WIRE
+            assert verify(sagacity.journal, "pay-1").ok
 
     async def test_a_second_wire_needs_a_second_approval(self) -> None:
         """A second identical wire is a new call with its own approval.

@@ -117,11 +117,11 @@ class TestControlToolsThroughTheStdioProxy:
         assert again == retried
         assert by_request.model_dump(exclude={"meta"}) == retried  # the request's own lists
         assert git(repo, "diff", "--cached", "--name-only") == ""
-        journal = Sagacity.from_url(sqlite_url)
-        entries = journal.history("c1")
-        assert {e.tool_name for e in entries} == {"git_add", None}  # no control tool journaled
-        assert [e.phase for e in entries].count(Phase.COMPENSATED) == 1  # reset ran once
-        assert verify(journal.journal, "c1").ok
+        with Sagacity.from_url(sqlite_url) as journal:
+            entries = journal.history("c1")
+            assert {e.tool_name for e in entries} == {"git_add", None}  # no control tool journaled
+            assert [e.phase for e in entries].count(Phase.COMPENSATED) == 1  # reset ran once
+            assert verify(journal.journal, "c1").ok
 
     async def test_unknown_open_and_completed_sagas_are_refused_naming_the_saga(
         self, sqlite_url: str, repo: Path
@@ -151,7 +151,8 @@ class TestControlToolsThroughTheStdioProxy:
             assert bad.is_error
             assert "arguments must be {'saga_id': <a non-empty string>}" in text(bad)
         assert git(repo, "diff", "--cached", "--name-only") == "a.txt\n"  # left as it was
-        assert Sagacity.from_url(sqlite_url).history("nope") == []
+        with Sagacity.from_url(sqlite_url) as journal:
+            assert journal.history("nope") == []
 
     async def test_the_tools_are_absent_when_the_option_is_off(
         self, sqlite_url: str, repo: Path
@@ -198,10 +199,11 @@ class TestControlToolsThroughTheStdioProxy:
 
         assert listed == ["note", "rename", "sagacity_end"]
         assert text(answered) == "upstream ended u"
-        assert [e.tool_name for e in Sagacity.from_url(sqlite_url).history("u")] == [
-            "sagacity_end",
-            "sagacity_end",
-        ]  # journaled as the upstream's call, INTENT and EXECUTED
+        with Sagacity.from_url(sqlite_url) as journal:
+            assert [e.tool_name for e in journal.history("u")] == [
+                "sagacity_end",
+                "sagacity_end",
+            ]  # journaled as the upstream's call, INTENT and EXECUTED
 
 
 class TestACollisionListedLater:

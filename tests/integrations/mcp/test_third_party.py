@@ -104,44 +104,44 @@ class TestGitThroughTheProxy:
         # In reverse order: the add reset, then the status (nothing to undo) recorded.
         assert [i.split(".")[0] for i in ended.compensated] == ["git_add#1", "git_status#1"]
         assert again == ended  # the same lists, read from the ENDED entry
-        journal = Sagacity.from_url(sqlite_url)
-        assert [e.phase.name for e in journal.history("g1")] == [
-            "INTENT", "EXECUTED",  # git_status
-            "INTENT", "EXECUTED",  # git_add a.txt
-            "INTENT", "FAILED",  # git_add missing.txt
-            "COMPENSATING", "COMPENSATED",  # git_reset
-            "COMPENSATING", "COMPENSATED",  # git_status: nothing to undo
-            "ENDED",
-        ]  # fmt: skip
-        assert verify(journal.journal, "g1").ok
+        with Sagacity.from_url(sqlite_url) as journal:
+            assert [e.phase.name for e in journal.history("g1")] == [
+                "INTENT", "EXECUTED",  # git_status
+                "INTENT", "EXECUTED",  # git_add a.txt
+                "INTENT", "FAILED",  # git_add missing.txt
+                "COMPENSATING", "COMPENSATED",  # git_reset
+                "COMPENSATING", "COMPENSATED",  # git_status: nothing to undo
+                "ENDED",
+            ]  # fmt: skip
+            assert verify(journal.journal, "g1").ok
 
     async def test_a_commit_waits_for_approval_then_runs_once(
         self, sqlite_url: str, repo: Path
     ) -> None:
         """`git_commit` claims no undo: it waits; approved elsewhere and sent again, it commits."""
         at = {"repo_path": str(repo)}
-        approvals = Sagacity.from_url(sqlite_url)
-        async with git_proxy(sqlite_url, repo) as client:
-            await client.call_tool("git_add", {**at, "files": ["a.txt"]}, meta=meta("g2"))
-            commit = {**at, "message": "add a"}
-            waiting = await client.call_tool("git_commit", commit, meta=meta("g2"))
-            before = git(repo, "log", "--oneline").count("\n")
-            request = (waiting.meta or {})[APPROVAL_META]
-            approvals.approve(
-                "g2", approver="lead@example.com", expected_sha256=request["input_sha256"]
-            )
-            committed = await client.call_tool("git_commit", commit, meta=meta("g2"))
-            replayed = await client.call_tool(
-                "git_commit", commit, meta=meta("g2", request["call_id"])
-            )
-            ended = await request_end_saga(client, "g2")
+        with Sagacity.from_url(sqlite_url) as approvals:
+            async with git_proxy(sqlite_url, repo) as client:
+                await client.call_tool("git_add", {**at, "files": ["a.txt"]}, meta=meta("g2"))
+                commit = {**at, "message": "add a"}
+                waiting = await client.call_tool("git_commit", commit, meta=meta("g2"))
+                before = git(repo, "log", "--oneline").count("\n")
+                request = (waiting.meta or {})[APPROVAL_META]
+                approvals.approve(
+                    "g2", approver="lead@example.com", expected_sha256=request["input_sha256"]
+                )
+                committed = await client.call_tool("git_commit", commit, meta=meta("g2"))
+                replayed = await client.call_tool(
+                    "git_commit", commit, meta=meta("g2", request["call_id"])
+                )
+                ended = await request_end_saga(client, "g2")
 
-        assert text(waiting).startswith("[AWAITING_APPROVAL] git_commit was not run")
-        assert before == 1
-        assert text(committed).startswith("Changes committed successfully")
-        assert text(replayed) == text(committed)  # the journaled result, not a second commit
-        assert git(repo, "log", "--format=%s").splitlines() == ["add a", "start"]
-        assert ended.outcome == "COMPLETED"
+            assert text(waiting).startswith("[AWAITING_APPROVAL] git_commit was not run")
+            assert before == 1
+            assert text(committed).startswith("Changes committed successfully")
+            assert text(replayed) == text(committed)  # the journaled result, not a second commit
+            assert git(repo, "log", "--format=%s").splitlines() == ["add a", "start"]
+            assert ended.outcome == "COMPLETED"
 
     async def test_a_failed_undo_is_retried_with_sagacity_compensate(
         self, sqlite_url: str, repo: Path
@@ -207,15 +207,15 @@ class TestIsError:
             failed = await request_end_saga(strict, "r4")
 
         assert (wrong.is_error, right.is_error) == (True, False)
-        journal = Sagacity.from_url(sqlite_url)
-        first, second = journal.history("r1")[:2]
-        assert (first.phase, second.phase) == (Phase.INTENT, Phase.EXECUTED)
-        assert second.payload["result"]["is_error"] is True
-        assert ended.outcome == "COMPLETED"
-        kinds = [e.payload["kind"] for e in journal.history("r2") if e.phase is Phase.FAILED]
-        assert (kinds, retried.outcome) == (["retryable"], "COMPLETED")  # answered by a success
-        assert (given_up.outcome, len(given_up.in_doubt)) == ("NEEDS_ATTENTION", 1)
-        assert (failed.outcome, failed.in_doubt) == ("COMPENSATED", [])
+        with Sagacity.from_url(sqlite_url) as journal:
+            first, second = journal.history("r1")[:2]
+            assert (first.phase, second.phase) == (Phase.INTENT, Phase.EXECUTED)
+            assert second.payload["result"]["is_error"] is True
+            assert ended.outcome == "COMPLETED"
+            kinds = [e.payload["kind"] for e in journal.history("r2") if e.phase is Phase.FAILED]
+            assert (kinds, retried.outcome) == (["retryable"], "COMPLETED")  # answered by a success
+            assert (given_up.outcome, len(given_up.in_doubt)) == ("NEEDS_ATTENTION", 1)
+            assert (failed.outcome, failed.in_doubt) == ("COMPENSATED", [])
 
 
 class TestTwoProxyProcesses:
@@ -236,16 +236,16 @@ class TestTwoProxyProcesses:
             )
             ended = await request_end_saga(first, "two")
 
-        journal = Sagacity.from_url(sqlite_url)
-        ids = [str(e.call_id) for e in journal.history("two") if e.phase is Phase.INTENT]
-        assert len(ids) == len(set(ids)) == 5
-        parsed = [re.fullmatch(r"get_current_time#(\d+)\.([0-9a-f]{8})", i) for i in ids]
-        assert [int(m[1]) for m in parsed if m] == [1, 2, 3, 4, 5]
-        first_token, second_token = (m[2] for m in parsed[:2] if m)
-        assert first_token != second_token  # one token per process
-        assert [m[2] for m in parsed if m] == [
-            first_token, second_token, first_token, second_token, second_token,
-        ]  # fmt: skip
-        assert bad_zone.is_error  # read-only: journaled as its result, the saga goes on
-        assert ended.outcome == "COMPLETED"
-        assert verify(journal.journal, "two").ok
+        with Sagacity.from_url(sqlite_url) as journal:
+            ids = [str(e.call_id) for e in journal.history("two") if e.phase is Phase.INTENT]
+            assert len(ids) == len(set(ids)) == 5
+            parsed = [re.fullmatch(r"get_current_time#(\d+)\.([0-9a-f]{8})", i) for i in ids]
+            assert [int(m[1]) for m in parsed if m] == [1, 2, 3, 4, 5]
+            first_token, second_token = (m[2] for m in parsed[:2] if m)
+            assert first_token != second_token  # one token per process
+            assert [m[2] for m in parsed if m] == [
+                first_token, second_token, first_token, second_token, second_token,
+            ]  # fmt: skip
+            assert bad_zone.is_error  # read-only: journaled as its result, the saga goes on
+            assert ended.outcome == "COMPLETED"
+            assert verify(journal.journal, "two").ok
