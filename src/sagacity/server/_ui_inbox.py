@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import unicodedata
 from typing import Any
 from urllib.parse import quote
 
 from sagacity._history import SagaHistory
 from sagacity._request_view import InputEdit, edits_of, gate_deadline
+from sagacity._unicode import escape_for_display
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._edit import started_workflow
@@ -43,12 +43,6 @@ __all__ = [
     "timeline",
     "workflow_of_request",
 ]
-
-# Characters that change how text reads without showing themselves: bidi overrides and
-# isolates, zero-width joiners, tag characters, soft hyphens, line separators, private and
-# unassigned code points. An approver must see exactly what will run, so they are shown as
-# JSON escapes (`\u202e`), which decode to the very same string.
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs", "Zl", "Zp"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -368,20 +362,7 @@ def pretty_json(value: Any) -> str:
 
 def visible(text: str) -> str:
     """`text` with every invisible or reordering character (a bidi override) escaped."""
-    return "".join(_visible(char) for char in text)
-
-
-def _visible(char: str) -> str:
-    if char.isascii() and (char.isprintable() or char == "\n"):
-        return char
-    category = unicodedata.category(char)
-    if category not in _HIDDEN_CATEGORIES and not (category == "Zs" and char != " "):
-        return char
-    code = ord(char)
-    if code > 0xFFFF:  # a JSON escape names UTF-16 units: a surrogate pair
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
+    return escape_for_display(text)
 
 
 def hash_matches(request: ApprovalRequest) -> bool:
