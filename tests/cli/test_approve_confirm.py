@@ -181,3 +181,17 @@ class TestTheEditor:
             "principal must approve it\n"
         )
         assert approvals(database) == []
+
+
+class TestARefusedApproval:
+    def test_a_second_approval_by_the_same_person_is_reported_once(self, tmp_path: Path) -> None:
+        """The core's refusal is the command's error, on one line: no warning line repeats it."""
+        database = tmp_path / "s.db"
+        sha = waiting_wire(database)
+        command = ("approve", "w-1", "--approver", "bob", "--sha256", sha, "--database")
+        assert run_cli(*command, str(database)).returncode == 0
+        done = run_cli(*command, str(database))
+        assert done.returncode == 2, done.stderr
+        assert "warning:" not in done.stderr
+        assert done.stderr.count("bob") == 1, done.stderr
+        assert [a["approver"] for a in approvals(database)] == ["bob"]

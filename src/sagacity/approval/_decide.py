@@ -269,7 +269,12 @@ def _approval_refused(saga_id: str, approver: str, refusal: Exception) -> None:
         (_REFUSAL_REASONS[c] for c in type(refusal).__mro__ if c in _REFUSAL_REASONS), "refused"
     )
     _telemetry.logger.warning(
-        "saga %r: approval by %r refused (%s): %s", saga_id, approver, reason, refusal
+        "saga %r: approval by %r refused (%s): %s",
+        saga_id,
+        approver,
+        reason,
+        refusal,
+        extra={"refused_approval": reason},
     )
 
 

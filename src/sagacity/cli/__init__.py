@@ -292,7 +292,9 @@ class _WarningLine(logging.Handler):
         self.command = command
 
     def emit(self, record: logging.LogRecord) -> None:
-        _say(self.command, f"warning: {record.getMessage()}")
+        # A refused approval is the command's own error, which it reports once.
+        if not hasattr(record, "refused_approval"):
+            _say(self.command, f"warning: {record.getMessage()}")
 
 
 @contextlib.contextmanager
