@@ -33,13 +33,7 @@ KNOWN_OVERSIZED = {
 }
 """Modules over `LINE_LIMIT` lines today."""
 
-KNOWN_PRIVATE_IMPORTS = {
-    # Each is fixed by giving the name a public spelling in the module that owns it.
-    # The request-state key under which the server's auth keeps its authenticator.
-    ("sagacity.server._ui_http", "sagacity.server._auth._AUTH_KEY"),
-    # The hash-chain walk that verification and signed checkpoints share.
-    ("sagacity.audit._checkpoint", "sagacity.audit._verify._Chain"),
-}
+KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()
 """(importing module, `module._name` it imports): private names crossing modules today."""
 
 

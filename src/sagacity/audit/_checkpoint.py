@@ -41,7 +41,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from sagacity.audit._keys import PrivateKey, PublicKey
-from sagacity.audit._verify import ChainHead, Problem, _Chain, iter_saga_ids
+from sagacity.audit._verify import ChainCheck, ChainHead, Problem, iter_saga_ids
 from sagacity.errors import CheckpointError
 from sagacity.journal import JournalEntry, SideEffectJournal
 from sagacity.journal._rows import UnreadableRowError
@@ -127,7 +127,7 @@ def make_checkpoint(
         if head is not None:
             heads.append(head)
     for saga_id, head in recorded.items():  # in the previous checkpoint, gone from the journal
-        _refuse(_Chain(head).finish(saga_id), saga_id, previous)
+        _refuse(ChainCheck(head).finish(saga_id), saga_id, previous)
     link = None if previous is None else previous.sha256
     body = _body(created_at, key.key_id, heads, link)
     signature = key.sign(body.encode())
@@ -217,7 +217,7 @@ def _verified_head(
     it. None for a saga without entries. Raises CheckpointError at the chain's first
     problem.
     """
-    chain = _Chain(recorded)
+    chain = ChainCheck(recorded)
     unreadable = None
     try:
         entries: Sequence[JournalEntry] = journal.entries(saga_id)

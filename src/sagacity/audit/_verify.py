@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from sagacity.audit._keys import PublicKey
 
 __all__ = [
+    "ChainCheck",
     "ChainHead",
     "Problem",
     "VerificationReport",
@@ -156,7 +157,7 @@ def verify(
     sagas = count = 0
     for saga in saga_ids:
         sagas += 1
-        chain = _Chain(recorded.pop(saga, None), signatures)
+        chain = ChainCheck(recorded.pop(saga, None), signatures)
         try:
             entries: Iterable[JournalEntry] = journal.entries(saga)
             unreadable = None
@@ -176,7 +177,7 @@ def verify(
             progress(1)
     for saga, head in recorded.items():  # recorded, but the journal has no entry of it
         sagas += 1
-        problem = _Chain(head).finish(saga)
+        problem = ChainCheck(head).finish(saga)
         if problem is not None:
             problems.append(problem)
     # Text before anything else: a SQLite file edited by hand may hold a BLOB saga id.
@@ -214,17 +215,17 @@ def verify_entries(
     """
     signatures = _signature_policy(approval_public_keys)
     recorded = {head.saga_id: head for head in heads}
-    chains: dict[str, _Chain] = {}
+    chains: dict[str, ChainCheck] = {}
     count = 0
     for entry in entries:
         count += 1
         chain = chains.get(entry.saga_id)
         if chain is None:
-            chain = chains[entry.saga_id] = _Chain(recorded.get(entry.saga_id), signatures)
+            chain = chains[entry.saga_id] = ChainCheck(recorded.get(entry.saga_id), signatures)
         chain.check(entry, entry.saga_id)
     for saga, head in recorded.items():
         if saga not in chains:
-            chains[saga] = _Chain(head)
+            chains[saga] = ChainCheck(head)
     problems = []
     for saga, chain in sorted(chains.items()):
         problem = chain.finish(saga)
@@ -243,7 +244,7 @@ def _signature_policy(keys: Iterable[PublicKey]) -> ApprovalPolicy | None:
     return ApprovalPolicy.build(None, trusted, True) if trusted else None
 
 
-class _Chain:
+class ChainCheck:
     """One saga's chain as verified so far."""
 
     __slots__ = ("head", "prev_hash", "problem", "seq", "signatures", "unsigned")

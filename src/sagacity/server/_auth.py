@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPROVER",
+    "AUTH_KEY",
     "OPERATOR",
     "ROLES",
     "VIEWER",
@@ -82,7 +83,7 @@ _IMPLIED: Mapping[str, frozenset[str]] = {
     OPERATOR: frozenset({OPERATOR, VIEWER}),
 }
 
-_AUTH_KEY = "sagacity_authenticator"
+AUTH_KEY = "sagacity_authenticator"
 _SAGACITY_KEY = "sagacity_facade"
 _PRINCIPAL_KEY = "sagacity_principal"
 
@@ -269,7 +270,7 @@ def bind(authenticator: Authenticator, sagacity: Sagacity) -> Callable[[Request]
     """A router-level dependency that attaches `authenticator` and `sagacity` to a request."""
 
     def _bind(request: Request) -> None:
-        setattr(request.state, _AUTH_KEY, authenticator)
+        setattr(request.state, AUTH_KEY, authenticator)
         setattr(request.state, _SAGACITY_KEY, sagacity)
 
     return _bind
@@ -288,7 +289,7 @@ async def authenticate(request: Request) -> Principal | None:
     if hasattr(request.state, _PRINCIPAL_KEY):
         cached: Principal | None = getattr(request.state, _PRINCIPAL_KEY)
         return cached
-    authenticator: Authenticator | None = getattr(request.state, _AUTH_KEY, None)
+    authenticator: Authenticator | None = getattr(request.state, AUTH_KEY, None)
     if authenticator is None:
         raise RuntimeError("require() is used on a route not under sagacity.server.router(...)")
     outcome: Any = authenticator(request)

@@ -23,7 +23,7 @@ from starlette.datastructures import FormData
 
 from sagacity._unicode import escape_for_display
 from sagacity.errors import SagacityError
-from sagacity.server._auth import _AUTH_KEY, VIEWER, Principal, TokenAuth, authenticate
+from sagacity.server._auth import AUTH_KEY, VIEWER, Principal, TokenAuth, authenticate
 from sagacity.server._ui_sessions import Session, SessionStore
 
 __all__ = [
@@ -309,7 +309,7 @@ def next_path(raw: str, base: str) -> str:
 
 async def principal_of_token(request: Request, token: str) -> Principal | None:
     """The principal `token` authenticates as, asking the router's authenticator."""
-    authenticator = getattr(request.state, _AUTH_KEY, None)
+    authenticator = getattr(request.state, AUTH_KEY, None)
     if isinstance(authenticator, TokenAuth):
         return authenticator.principal_for(token)
     if authenticator is None:
@@ -330,7 +330,7 @@ async def principal_of_token(request: Request, token: str) -> Principal | None:
         "client": request.scope.get("client"),
         "query_string": b"",
         "headers": [(b"authorization", header)],
-        "state": {_AUTH_KEY: authenticator},
+        "state": {AUTH_KEY: authenticator},
     }
     try:
         return await authenticate(Request(scope))
