@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
@@ -28,6 +27,7 @@ from sagacity import Sagacity
 from sagacity.server import hash_token
 from tests._postgres import admin_connection, require_server, server_url, with_query
 from tests.docs._blocks import ROOT, blocks
+from tests.processes._kill import kill, running_until
 from tests.server._live import _free_port
 
 pytestmark = pytest.mark.slow
@@ -77,23 +77,11 @@ def killed(app: Path, url: str, saga_id: str, kind: str, *, inside: str) -> None
     """Run the saga and SIGKILL its process once it is inside `inside` (charge or refund)."""
     flag = app / f"hang_{inside}"
     flag.touch()
-    child = subprocess.Popen(
-        [sys.executable, "theatre.py", url, saga_id, kind],
-        cwd=app, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    command = [sys.executable, "theatre.py", url, saga_id, kind]
     try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == f"inside {inside}\n", child.stderr.read() if child.stderr else line
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
+        with running_until(command, f"inside {inside}", cwd=app) as child:
+            kill(child)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
         flag.unlink()
     # The dead process's lease (1 s) runs out: wait for it, as the operator would.
     waiter = Sagacity.from_url(url, lease_wait=15)

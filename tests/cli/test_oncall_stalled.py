@@ -8,8 +8,6 @@ over at once instead of waiting the lease out.
 from __future__ import annotations
 
 import datetime
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,36 +17,16 @@ import orjson
 import pytest
 
 from sagacity import Phase, Sagacity
-from tests.cli._run import ROOT, run_cli
+from tests.cli._run import run_cli
+from tests.processes._kill import kill, running_until
 
 
 @pytest.fixture
 def worker(shared_store_url: str) -> Iterator[subprocess.Popen[str]]:
     """A worker inside the charge of saga `s-1`, holding its lease for ten minutes."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.cli._oncall_child", shared_store_url, "s-1"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "inside charge\n", child.stderr.read() if child.stderr else line
+    command = [sys.executable, "-m", "tests.cli._oncall_child", shared_store_url, "s-1"]
+    with running_until(command, "inside charge") as child:
         yield child
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def _kill(child: subprocess.Popen[str]) -> None:
-    os.kill(child.pid, signal.SIGKILL)
-    assert child.wait(timeout=30) == -signal.SIGKILL
 
 
 def _lines(done: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
@@ -76,7 +54,7 @@ class TestKilledWorker:
         assert expires > datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=9)
         assert run_cli("sagas", "--status", "STALLED", *db).stdout == "no sagas match\n"
 
-        _kill(worker)
+        kill(worker)
 
         (dead,) = _lines(run_cli("sagas", "--status", "stalled", "--json", *db))
         assert dead["saga_id"] == "s-1"
