@@ -37,8 +37,13 @@ def run_program(example: Example, program: Path, folder: Path) -> str:
     """Run `program` as a script in `folder`; its stdout, or a failure naming the page."""
     if not program.is_file():
         pytest.fail(f"{example.block.where}: the snippet {program} does not exist")
+    return _script_output(program, folder, f"{example.block.where}: {program.name}")
+
+
+def _script_output(script: Path, folder: Path, what: str) -> str:
+    """Run `script` with `python` in `folder`; its stdout, or a failure naming `what`."""
     done = subprocess.run(
-        [sys.executable, str(program)],
+        [sys.executable, str(script)],
         cwd=folder,
         env=script_environment(),
         capture_output=True,
@@ -48,8 +53,7 @@ def run_program(example: Example, program: Path, folder: Path) -> str:
     )
     if done.returncode != 0:
         pytest.fail(
-            f"{example.block.where}: {program.name} exited {done.returncode}\n"
-            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+            f"{what} exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
     return done.stdout
 
@@ -110,21 +114,7 @@ def run_as_script(page: Path, examples: list[Example], folder: Path) -> None:
     """
     script = folder / "docs_page_script.py"
     script.write_text("\n".join(example.block.code for example in examples), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=folder,
-        env=script_environment(),
-        capture_output=True,
-        text=True,
-        timeout=PROGRAM_TIMEOUT,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(
-            f"{page.name} run as a script exited {done.returncode}\n"
-            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
-        )
-    printed = normalised(done.stdout)
+    printed = normalised(_script_output(script, folder, f"{page.name} run as a script"))
     for example in examples:
         if example.expected is None:
             continue
