@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
-from sagacity.compensation._runner import Compensation, CompensationRegistry, CompensationRunner
+from sagacity.compensation._registry import Compensation, CompensationRegistry
+from sagacity.compensation._runner import CompensationRunner
 
 __all__ = [
     "CallRef",
