@@ -20,7 +20,8 @@ from sagacity.workflows._declare import (
     stage,
     workflow,
 )
-from sagacity.workflows._runtime import GATE_TIMEOUT_APPROVER, WorkflowRuntime, pending_gates
+from sagacity.workflows._gating import GATE_TIMEOUT_APPROVER
+from sagacity.workflows._runtime import WorkflowRuntime, pending_gates
 from sagacity.workflows._state import (
     CheckFailedError,
     GateRequest,
