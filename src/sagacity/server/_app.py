@@ -22,9 +22,11 @@ from sagacity._stores import default_url, open_stores
 from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import Authenticator, TokenAuth, bind
+from sagacity.server._body import BodyLimit, max_body_bytes_of
 from sagacity.server._errors import error_response
 from sagacity.server._events import events_router
-from sagacity.server._routes import BodyLimit, api_router, authenticated_route, max_body_bytes_of
+from sagacity.server._route import authenticated_route
+from sagacity.server._routes import api_router
 from sagacity.server._workflow_routes import workflow_router
 
 __all__ = ["create_app", "router", "serve"]

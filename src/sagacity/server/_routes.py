@@ -8,27 +8,18 @@ rejecter, editor or resolver; a name in a request body is never read.
 from __future__ import annotations
 
 import csv
-import datetime
 import io
-import os
-import re
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
-from urllib.parse import quote, unquote
+from typing import Annotated, Literal
 
 import orjson
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
-from starlette.convertors import Convertor, register_url_convertor
-from starlette.datastructures import Headers
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
-from sagacity._lease_view import STALLED, Worker, is_stalled, workers_of
-from sagacity._summary import SagaSummary, list_doubts, list_summaries, summary_of
+from sagacity._lease_view import STALLED, is_stalled, workers_of
+from sagacity._summary import list_doubts, list_summaries, summary_of
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
 from sagacity.audit._export import CSV_FIELDS, csv_row
@@ -39,16 +30,10 @@ from sagacity.errors import (
 )
 from sagacity.journal import JournalEntry
 from sagacity.saga import Sagacity
-from sagacity.server._auth import (
-    APPROVER,
-    OPERATOR,
-    VIEWER,
-    Authenticator,
-    Principal,
-    bind,
-    require,
-)
-from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute, error_response
+from sagacity.server._auth import Authenticator
+from sagacity.server._body import DEFAULT_MAX_BODY_BYTES, max_body_bytes_of
+from sagacity.server._errors import ERROR_RESPONSES
+from sagacity.server._listing import SagaListItem, SagaListPage, since_of
 from sagacity.server._models import (
     ApprovalRequestModel,
     ApproveBody,
@@ -64,275 +49,20 @@ from sagacity.server._models import (
     StatusName,
     VerificationModel,
 )
-
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimit", "api_router", "limit_body", "max_body_bytes_of"]
-
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
-"""The largest request body read (1 MiB): far above any decision, edit or resolution."""
-
-MAX_BODY_VARIABLE = "SAGACITY_MAX_BODY_BYTES"
-
-
-def max_body_bytes_of(value: int | None) -> int:
-    """`value`, else `SAGACITY_MAX_BODY_BYTES`, else `DEFAULT_MAX_BODY_BYTES`."""
-    if value is None:
-        text = os.environ.get(MAX_BODY_VARIABLE, "").strip()
-        if not text:
-            return DEFAULT_MAX_BODY_BYTES
-        if not text.isdigit():
-            raise ConfigurationError(f"{MAX_BODY_VARIABLE}={text!r} is not a number of bytes")
-        value = int(text)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"max_body_bytes must be a positive number, not {value!r}")
-    return value
-
-
-# What `require_id` accepts, said in the schema: printable, not blank, at most 512
-# characters (a client learns it from the OpenAPI document instead of from a 422).
-_PRINTABLE = "[^\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]"
-ID_PATTERN = f"^{_PRINTABLE}*[^\\s\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029]{_PRINTABLE}*$"
-_ID = {"min_length": 1, "max_length": 512, "pattern": ID_PATTERN}
-SagaId = Annotated[str, Path(description="the saga id", **_ID)]
-RequestId = Annotated[str, Path(description="the approval request id", **_ID)]
-CallId = Annotated[str, Path(description="the call id", **_ID)]
-SagaIdQuery = Annotated[str | None, Query(description="only this saga", **_ID)]
-
-
-class _IdConvertor(Convertor[str]):
-    """One path segment, percent-decoded: the form `_IdRoute` hands its routes ids in."""
-
-    regex = "[^/]+"
-
-    def convert(self, value: str) -> str:
-        return unquote(value)
-
-    def to_string(self, value: str) -> str:
-        return quote(value, safe="")
-
-
-register_url_convertor("sagacity_id", _IdConvertor())
-
-
-def _segmented(scope: Scope) -> str:
-    """The request's path with a `/` or `%` that came percent-encoded kept encoded.
-
-    The server decodes `%2F` into the path before routing, so `sagas/A/calls/B%2Fcalls%2FC`
-    would read as saga `A/calls/B`, call `C`. Split on the raw path's own `/` instead:
-    each segment is one id, and an id holding `/` is reached only percent-encoded. Where
-    the raw path is missing or does not match the path (a rewrite), the decoded path is
-    used with its `%` kept: an id holding `/` then matches no route rather than another.
-    """
-    path: str = scope["path"]
-    raw = scope.get("raw_path")
-    if isinstance(raw, bytes):
-        segments = [unquote(part) for part in raw.decode("ascii", "replace").split("/")]
-        decoded = "/".join(segments)
-        if path.endswith(decoded):
-            kept = "/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments)
-            return path[: len(path) - len(decoded)].replace("%", "%25") + kept
-    return path.replace("%", "%25")
-
-
-def _too_large(limit: int) -> HTTPException:
-    return HTTPException(
-        413, detail=f"the request body is larger than the server's limit of {limit} bytes"
-    )
-
-
-def declared_too_large(scope: Scope, limit: int) -> HTTPException | None:
-    """The 413 for a request whose `Content-Length` is over `limit` (or is not a number)."""
-    declared = Headers(scope=scope).get("content-length")
-    if declared is None:
-        return None
-    if not declared.strip().isdigit():
-        return HTTPException(400, detail=f"Content-Length {declared!r} is not a number")
-    return _too_large(limit) if int(declared) > limit else None
-
-
-def limit_body(receive: Receive, limit: int) -> Receive:
-    """`receive`, raising a 413 `HTTPException` once the body read passes `limit` bytes.
-
-    For a body sent without `Content-Length` (chunked): it is cut off as it arrives, so
-    no more than `limit` bytes are ever held.
-    """
-    read = 0
-
-    async def limited() -> Message:
-        nonlocal read
-        message = await receive()
-        if message["type"] == "http.request":
-            read += len(message.get("body", b""))
-            if read > limit:
-                raise _too_large(limit)
-        return message
-
-    return limited
-
-
-class BodyLimit:
-    """ASGI middleware: a body over `max_body_bytes` gets 413, declared or as it arrives."""
-
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
-        """Wrap `app`."""
-        self.app = app
-        self.max_body_bytes = max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Refuse on `Content-Length`, else read the body through `limit_body`."""
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = declared_too_large(scope, self.max_body_bytes)
-        if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
-            return
-        await self.app(scope, limit_body(receive, self.max_body_bytes), send)
-
-
-class WorkerModel(BaseModel):
-    """Who works on a saga that has not ended, read from its lease (docs/server.md)."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    live: bool
-    """A worker holds the saga's lease now."""
-    holder: str | None
-    """The lease's holder (host:pid:…); null when the lease was let go or never taken."""
-    expires_at: str | None
-    """When the holder's lease expires (RFC 3339 UTC); null when it was let go."""
-    since: str | None
-    """With no live worker: since when; null while one holds it, or when `gone`."""
-    gone: bool
-    """Its lease runs, but its holder's process, on this server's host, is gone."""
-
-
-class SagaListItem(SagaSummaryModel):
-    """How one saga stands, and who works on it."""
-
-    worker: WorkerModel | None = None
-    """null for a saga that ended."""
-    stalled: bool = False
-    """An OPEN saga that no live worker holds: its worker died, or nothing runs it."""
-
-    @classmethod
-    def of_worker(cls, summary: SagaSummary, worker: Worker | None) -> SagaListItem:
-        return cls.model_validate(
-            {
-                **summary.to_json(),
-                "worker": None if worker is None else worker.to_json(),
-                "stalled": is_stalled(summary, worker),
-            }
-        )
-
-
-class SagaListPage(BaseModel):
-    """One page of sagas, by ascending saga id."""
-
-    model_config = ConfigDict(use_attribute_docstrings=True)
-
-    sagas: list[SagaListItem]
-    next_cursor: str | None
-    """Pass as `cursor` for the next page; null when there is no more."""
-
-
-class AuthenticatedRoute(SagacityRoute):
-    """A route whose request is authenticated, and its declared size checked, first.
-
-    Only then is its body read, through `limit_body`. (FastAPI reads a body before it
-    solves a route's dependencies, `require` among them.) Built with
-    `authenticated_route`; without an authenticator it is a plain `SagacityRoute`.
-    """
-
-    authenticator: Authenticator | None = None
-    sagacity: Sagacity | None = None
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or (self.methods and scope["method"] not in self.methods):
-            await super().handle(scope, receive, send)
-            return
-        refusal = None
-        if self.authenticator is not None and self.sagacity is not None:
-            request = Request(scope)
-            bind(self.authenticator, self.sagacity)(request)
-            try:
-                # Every route here needs a principal; the route's own role is checked
-                # after, by its dependency (the principal is cached on the request).
-                await require(VIEWER)(request)
-            except HTTPException as error:
-                refusal = error
-        refusal = refusal or declared_too_large(scope, self.max_body_bytes)
-        if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
-            return
-        await super().handle(scope, limit_body(receive, self.max_body_bytes), send)
-
-
-class _IdRoute(AuthenticatedRoute):
-    """A route whose `{x:sagacity_id}` parameters are each one segment of the raw path."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http":
-            return super().matches(scope)
-        # A copy: the router goes on matching other routes against the real path.
-        split: dict[str, Any] = {**scope, "path": _segmented(scope)}
-        return super().matches(split)
-
-
-def authenticated_route(
-    sagacity: Sagacity,
-    authenticator: Authenticator | None,
-    max_body_bytes: int,
-    base: type[AuthenticatedRoute] = AuthenticatedRoute,
-) -> type[AuthenticatedRoute]:
-    """A route class that authenticates with `authenticator` before reading a body."""
-    return type(
-        "SagacityApiRoute",
-        (base,),
-        {
-            "authenticator": staticmethod(authenticator) if authenticator else None,
-            "sagacity": sagacity,
-            "max_body_bytes": max_body_bytes,
-        },
-    )
-
-
-Viewer = Annotated[Principal, Depends(require(VIEWER))]
-Approver = Annotated[Principal, Depends(require(APPROVER))]
-Operator = Annotated[Principal, Depends(require(OPERATOR))]
-
-
-_RFC3339 = re.compile(
-    r"(\d{4}-\d{2}-\d{2})[Tt](\d{2}:\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})"
+from sagacity.server._route import (
+    ID_LIMITS,
+    Approver,
+    CallId,
+    IdRoute,
+    Operator,
+    RequestId,
+    SagaId,
+    SagaIdQuery,
+    Viewer,
+    authenticated_route,
 )
 
-
-def _since(value: str | None) -> str | None:
-    """An RFC 3339 time as the journal writes `recorded_at` (UTC, microseconds, Z).
-
-    Taken as text, not as pydantic's lax datetime, which would read `-44798` as a Unix
-    time. A leap second (`:60`) counts as `:59`; digits past the microsecond are dropped.
-    """
-    if value is None:
-        return None
-    found = _RFC3339.fullmatch(value)
-    moment = None
-    if found is not None:
-        date, minutes, seconds, fraction, offset = found.groups()
-        seconds = "59" if seconds == "60" else seconds
-        fraction = ((fraction or "") + "000000")[:6]
-        offset = "+00:00" if offset in ("Z", "z") else offset
-        try:
-            moment = datetime.datetime.fromisoformat(
-                f"{date}T{minutes}:{seconds}.{fraction}{offset}"
-            )
-        except ValueError:
-            moment = None
-    if moment is None:
-        raise HTTPException(
-            422, detail=f"since={value!r} is not an RFC 3339 time such as 2026-12-01T09:00:00Z"
-        )
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+__all__ = ["api_router"]
 
 
 def _request(sagacity: Sagacity, request_id: str) -> ApprovalRequest:
@@ -368,11 +98,11 @@ def api_router(
     body is read, and a body over `max_body_bytes` gets 413 before it is parsed.
 
     Saga and call ids may hold `/` (a framework's ids often do): sent percent-encoded,
-    each id is one segment of the raw path (`_IdRoute`), so no id can reach the route of
+    each id is one segment of the raw path (`IdRoute`), so no id can reach the route of
     another (`GET /sagas/Q%2Fverify` is saga `Q/verify`, never the verification of `Q`).
     """
     max_body_bytes = max_body_bytes_of(max_body_bytes)
-    route_class = authenticated_route(sagacity, authenticator, max_body_bytes, _IdRoute)
+    route_class = authenticated_route(sagacity, authenticator, max_body_bytes, IdRoute)
     api = APIRouter(route_class=route_class, responses=ERROR_RESPONSES)
 
     @api.get("/sagas", response_model=SagaListPage, tags=["sagas"])
@@ -388,7 +118,7 @@ def api_router(
         ] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 50,
         cursor: Annotated[
-            str | None, Query(description="next_cursor of the last page", **_ID)
+            str | None, Query(description="next_cursor of the last page", **ID_LIMITS)
         ] = None,
     ) -> SagaListPage:
         """List sagas by ascending saga id, with how each stands and its worker.
@@ -400,7 +130,7 @@ def api_router(
         page = list_summaries(
             sagacity.journal,
             status="OPEN" if stalled_only else status,
-            since=_since(since),
+            since=since_of(since),
             limit=limit,
             cursor=cursor,
         )
@@ -518,7 +248,7 @@ def api_router(
     def resume(
         saga_id: SagaId,
         _: Operator,
-        request_id: Annotated[str | None, Query(description="which request", **_ID)] = None,
+        request_id: Annotated[str | None, Query(description="which request", **ID_LIMITS)] = None,
     ) -> SagaResultModel:
         """Run the approved call with its journaled input, here, where the tool is wrapped."""
         try:

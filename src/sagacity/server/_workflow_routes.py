@@ -26,7 +26,7 @@ from sagacity.saga import Sagacity
 from sagacity.server._auth import OPERATOR, sagacity_of
 from sagacity.server._errors import ERROR_RESPONSES, SagacityRoute
 from sagacity.server._models import ApproveBody, RejectBody
-from sagacity.server._routes import ID_PATTERN, Approver, Operator, Viewer
+from sagacity.server._route import ID_PATTERN, Approver, Operator, Viewer
 from sagacity.workflows import GateRequest, WorkflowHandle, WorkflowRuntime, WorkflowStatus
 from sagacity.workflows._runtime import live_runtimes, runtimes_of
 
