@@ -37,6 +37,10 @@ class TestExportedMembers:
             "SagacityWarning",
             # Operations: a read that creates nothing, signed checkpoints:
             "CheckpointError", "DatabaseNotFoundError",
+            # In-doubt calls reconcile themselves:
+            "Evidence", "ReconcileContext", "ReconcileSubject", "Reconciled", "Verdict",
+            # Closing the loop: decisions and the worker that resumes them:
+            "Decision", "DecisionOutcome", "Resumer", "Worker",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

@@ -7,6 +7,8 @@ approval of their exact input. One `Sagacity.wrap()` call; delete it to remove s
 
 from __future__ import annotations
 
+from sagacity._decisions import Decision, DecisionOutcome, Resumer
+from sagacity._reconcile import Evidence, ReconcileContext, Reconciled, ReconcileSubject, Verdict
 from sagacity._scope import CurrentCall, current_call
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.approval import (
@@ -61,6 +63,7 @@ from sagacity.journal import (
 )
 from sagacity.saga import Sagacity, SagaOutcome, SagaResult
 from sagacity.tools import FailureKind, SagaTool
+from sagacity.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -91,6 +94,9 @@ __all__ = [
     "ConfigurationError",
     "CurrentCall",
     "DatabaseNotFoundError",
+    "Decision",
+    "DecisionOutcome",
+    "Evidence",
     "FailureKind",
     "InDoubtError",
     "InMemoryApprovalStore",
@@ -102,7 +108,11 @@ __all__ = [
     "NestedSagaError",
     "NoSagaError",
     "Phase",
+    "ReconcileContext",
+    "ReconcileSubject",
+    "Reconciled",
     "ReplayMismatchError",
+    "Resumer",
     "Reversibility",
     "SagaBusyError",
     "SagaLease",
@@ -120,7 +130,9 @@ __all__ = [
     "SideEffectJournal",
     "SqliteApprovalStore",
     "SqliteJournal",
+    "Verdict",
     "VerificationReport",
+    "Worker",
     "compensable",
     "compensation",
     "current_call",

@@ -21,10 +21,15 @@ thread (`scope.gate(step)` runs a sync step so, alone among the saga's loop-side
 `finished_off_loop(step)` runs a sync step on a worker thread that a cancel waits for
 (`FinishedThenCancelled` carries what it returned); `entries_async(journal, saga_id)`
 reads a saga's journal from async code without blocking the loop.
+
+`pausing_as(name)`: the approval requests asked inside the block journal `name` as the
+resumer that continues the paused run (`sagacity.Worker` picks its resumer by it); each
+adapter wraps its calls of the hot path in it, with its own name.
 """
 
 from __future__ import annotations
 
+from sagacity._decisions import pausing_as
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope, current_scope
@@ -39,5 +44,6 @@ __all__ = [
     "current_scope",
     "entries_async",
     "finished_off_loop",
+    "pausing_as",
     "payload_of",
 ]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from sagacity import _telemetry
+from sagacity._decisions import current_resumer
 from sagacity._history import SagaHistory, payload_of
 from sagacity.annotations import declaration_of
 from sagacity.approval._check import (
@@ -136,6 +137,9 @@ class ApprovalLifecycle(RequestDecisions):
             payload["approvers_required"] = approvers
         if replaces is not None:
             payload["replaces"] = replaces.request_id
+        resumer = current_resumer() or _resumer_of(history, replaces)
+        if resumer is not None:  # who continues the paused run (sagacity.worker)
+            payload["resumer"] = resumer
         if edited_by is not None:
             payload["edited_by"] = edited_by
         entry = history.append(
@@ -294,6 +298,14 @@ class ApprovalLifecycle(RequestDecisions):
         history = self.history(saga_id)
         refuse_ended_resume(history, request_id)
         return ResumableCall(request=self.pending_in(history, request_id))
+
+
+def _resumer_of(history: SagaHistory, replaced: ApprovalRequest | None) -> str | None:
+    """The resumer name journaled with the request `replaced` (an edit keeps it)."""
+    if replaced is None or replaced.request_id not in history.awaiting:
+        return None
+    name = payload_of(history.awaiting[replaced.request_id]).get("resumer")
+    return name if isinstance(name, str) else None
 
 
 def checked_clock(clock: Clock) -> Clock:
