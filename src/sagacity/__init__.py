@@ -8,7 +8,6 @@ approval of their exact input. One `Sagacity.wrap()` call; delete it to remove s
 from __future__ import annotations
 
 from sagacity._decisions import Decision, DecisionOutcome, Resumer
-from sagacity._reconcile import Evidence, ReconcileContext, Reconciled, ReconcileSubject, Verdict
 from sagacity._scope import CurrentCall, current_call
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.approval import (
@@ -96,7 +95,6 @@ __all__ = [
     "DatabaseNotFoundError",
     "Decision",
     "DecisionOutcome",
-    "Evidence",
     "FailureKind",
     "InDoubtError",
     "InMemoryApprovalStore",
@@ -108,9 +106,6 @@ __all__ = [
     "NestedSagaError",
     "NoSagaError",
     "Phase",
-    "ReconcileContext",
-    "ReconcileSubject",
-    "Reconciled",
     "ReplayMismatchError",
     "Resumer",
     "Reversibility",
@@ -130,7 +125,6 @@ __all__ = [
     "SideEffectJournal",
     "SqliteApprovalStore",
     "SqliteJournal",
-    "Verdict",
     "VerificationReport",
     "Worker",
     "compensable",
