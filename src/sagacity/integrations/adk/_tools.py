@@ -1,0 +1,216 @@
+"""SagaTools as Google ADK `FunctionTool`s, and IRREVERSIBLE calls as ADK's confirmations.
+
+The wrap point is the Python function handed to ADK's `FunctionTool`: ADK catches a
+tool's exception around `run_async` and hands it to the `on_tool_error_callback`s of the
+plugins and the agent, which may answer the model instead; only code inside the function
+sees the failure as raised. A plugin's `after_tool_callback` or `on_tool_error_callback`
+would see the callback's answer, or the error after the fact.
+
+ADK passes a call's id only in its `ToolContext`. The function given to `FunctionTool`
+therefore takes one (annotated `ToolContext`, which ADK injects and leaves out of the
+declaration), so the model sees the undecorated tool's declaration.
+
+An IRREVERSIBLE tool gets `require_confirmation=` a policy that asks sagacity
+(`_ConfirmationPolicy`): ADK's own gate then pauses the call with an
+`adk_request_confirmation` until a `ToolConfirmation` answers it. The confirmation is
+never trusted alone: a confirmed call runs through sagacity's hash-bound approval check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from google.adk.agents.context import Context
+from google.adk.tools.function_tool import FunctionTool
+from google.adk.tools.tool_context import ToolContext
+
+from sagacity.adapter import FinishedThenCancelled, finished_off_loop
+from sagacity.annotations import Reversibility
+from sagacity.errors import ApprovalError, ConfigurationError
+from sagacity.saga import Sagacity
+from sagacity.tools import SagaTool
+
+__all__ = ["CONFIRMATION_SOURCE", "as_function_tool", "function_tools"]
+
+CONFIRMATION_SOURCE = "adk ToolConfirmation"
+"""The `source` of the REJECTED entry journaled for a call an ADK `ToolConfirmation`
+declined (`confirmed=False`)."""
+
+_CONTEXT_PARAMETER = "tool_context"
+
+
+def function_tools(sagacity: Sagacity, *sources: object) -> list[FunctionTool]:
+    """Wrap `sources` with `sagacity` and return them as ADK `FunctionTool`s.
+
+    Args:
+        sagacity: The Sagacity whose sagas journal the calls.
+        *sources: Objects with `compensable` methods, `compensable` functions, as for
+            `Sagacity.wrap`, and `SagaTool`s that `sagacity.wrap` already made.
+
+    Returns:
+        One `FunctionTool` per tool, with the declaration ADK gives the undecorated
+        function, in the order `wrap` returns them; put them in `LlmAgent(tools=...)`.
+
+    Raises:
+        ConfigurationError: A `SagaTool` was wrapped by another Sagacity, two tools have
+            one name, or `wrap` refused a source.
+    """
+    return [as_function_tool(tool) for tool in sagacity.wrap(*sources)]
+
+
+def as_function_tool(tool: SagaTool) -> FunctionTool:
+    """Return one wrapped tool as an ADK `FunctionTool`.
+
+    An IRREVERSIBLE tool's calls wait on ADK's native confirmation: the run pauses with
+    an `adk_request_confirmation` call, and the call runs when a `ToolConfirmation` with
+    `confirmed=True` answers it (`confirmation_message` builds that answer) and
+    sagacity holds an approval of its exact input. A `confirmed=False` answer is
+    journaled as REJECTED (source `CONFIRMATION_SOURCE`) and the call never runs.
+
+    Args:
+        tool: A tool made by `Sagacity.wrap`.
+
+    Raises:
+        ConfigurationError: The tool's annotations cannot be resolved.
+    """
+    function, journaled, context_name = _tool_function(tool)
+    if tool.reversibility is Reversibility.IRREVERSIBLE:
+        policy = _ConfirmationPolicy(journaled, context_name)
+        # ADK awaits an async policy (FunctionTool._invoke_callable); its hint says bool.
+        return FunctionTool(function, require_confirmation=typing.cast(Any, policy))
+    return FunctionTool(function)
+
+
+def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str]:
+    """Return the function for `FunctionTool`, the tool it calls, and its context's name.
+
+    The function has the tool's name, docstring, annotations and signature, with a
+    `ToolContext` parameter added unless the tool takes ADK's context itself (its value
+    is then passed on, and left out of the journaled input).
+    """
+    try:
+        hints = typing.get_type_hints(tool.func, include_extras=True)
+    except (NameError, TypeError) as error:
+        raise ConfigurationError(
+            f"tool {tool.name!r}: its annotations cannot be resolved ({error}); define the "
+            "types they name at module level"
+        ) from error
+    parameters = list(tool.signature.parameters.values())
+    own = next((p for p in parameters if _is_context(hints.get(p.name, p.annotation))), None)
+    if own is not None:
+        passes_context = True
+        context_name = own.name
+        journaled = tool.excluding(own.name)
+        signature = tool.signature
+    else:
+        passes_context = False
+        context_name = _CONTEXT_PARAMETER
+        while context_name in tool.signature.parameters:
+            context_name = f"_{context_name}"
+        journaled = tool
+        added = inspect.Parameter(
+            context_name, inspect.Parameter.KEYWORD_ONLY, annotation=ToolContext
+        )
+        keyword = [p for p in parameters if p.kind is inspect.Parameter.VAR_KEYWORD]
+        plain = [p for p in parameters if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        signature = tool.signature.replace(parameters=[*plain, added, *keyword])
+        hints = {**hints, context_name: ToolContext}
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        context = kwargs[context_name] if passes_context else kwargs.pop(context_name)
+        call_id = _call_id(context)
+        if journaled.is_async or not _threaded(context):
+            return await journaled.ainvoke(args, kwargs, call_id=call_id)
+        try:
+            return await finished_off_loop(lambda: journaled.invoke(args, kwargs, call_id=call_id))
+        except FinishedThenCancelled as cancelled:
+            # The call ran to its end and is journaled; the caller gets a plain cancel.
+            raise asyncio.CancelledError(*cancelled.args) from cancelled
+
+    call.__name__ = tool.name
+    call.__qualname__ = getattr(tool.func, "__qualname__", tool.name)
+    call.__module__ = getattr(tool.func, "__module__", __name__)
+    call.__doc__ = inspect.getdoc(tool.func)
+    call.__annotations__ = hints
+    # inspect.signature() reads __signature__: ADK derives the declaration from it.
+    call.__dict__["__signature__"] = signature
+    return call, journaled, context_name
+
+
+class _ConfirmationPolicy:
+    """An IRREVERSIBLE tool's `require_confirmation`: asks sagacity about each call.
+
+    ADK asks it with the call's arguments as the function will get them (its context
+    among them) when the model calls the tool, when a confirmation resumes the call, and
+    again before it runs it.
+    """
+
+    def __init__(self, tool: SagaTool, context_name: str) -> None:
+        self.tool = tool
+        self.context_name = context_name
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> bool:
+        """True while sagacity has no usable approval for this call.
+
+        The first time a call is seen this journals AWAITING_APPROVAL and stores the
+        request. A `ToolConfirmation` with `confirmed=False` is journaled REJECTED, and
+        answers True: ADK then tells the model the call was rejected.
+
+        Raises:
+            ApprovalError: A check refused the call (another tool or input under an
+                approved id, a rejected request): journaled REFUSED once, and raised
+                before ADK runs anything, as a failing tool's error is.
+            ReplayMismatchError: The call id ran before with another tool or input.
+            InDoubtError: The call id ran before, and its outcome is unknown.
+        """
+        context = kwargs[self.context_name]
+        call_id = _call_id(context)
+        if self.tool.excluded:
+            call_args = kwargs  # the tool takes the context: the call passes it on
+        else:
+            call_args = {k: v for k, v in kwargs.items() if k != self.context_name}
+        confirmation = getattr(context, "tool_confirmation", None)
+        if confirmation is not None and not confirmation.confirmed:
+            # Decided meanwhile (rejected, or run), it is not declined: ADK does not run it.
+            with contextlib.suppress(ApprovalError):
+                await self.tool.adecline(
+                    args,
+                    call_args,
+                    call_id=call_id,
+                    source=CONFIRMATION_SOURCE,
+                    reason=_reason(confirmation.payload),
+                )
+            return True
+        waiting = await self.tool.apending_approval(args, call_args, call_id=call_id)
+        return waiting is not None
+
+
+def _reason(payload: object) -> str:
+    """The reason a declining `ToolConfirmation` gives: its payload's text, or its `reason`."""
+    if isinstance(payload, dict):
+        payload = payload.get("reason")
+    return payload if isinstance(payload, str) else ""
+
+
+def _call_id(context: object) -> str | None:
+    call_id = getattr(context, "function_call_id", None)
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _threaded(context: object) -> bool:
+    """Whether ADK runs sync tools on its tool thread pool in this run (see `RunConfig`)."""
+    run_config = getattr(context, "run_config", None)
+    pool = getattr(run_config, "tool_thread_pool_config", None)
+    return pool is not None
+
+
+def _is_context(annotation: Any) -> bool:
+    """Whether ADK injects its context into a parameter with this annotation."""
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return isinstance(annotation, type) and issubclass(annotation, Context)
