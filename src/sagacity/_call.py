@@ -72,6 +72,7 @@ class Call(CallOutcome):
         """
         self.tool = tool
         self.scope = scope
+        self.span = None
         self.attempt = 1
         self.intent: JournalEntry | None = None
         self.request: ApprovalRequest | None = None

@@ -47,7 +47,7 @@ class JournaledTool(Protocol):
 class CallOutcome:
     """The outcome half of a `Call`: EXECUTED, FAILED, a retry, or FAILED `not_started`."""
 
-    __slots__ = ("attempt", "call_id", "input", "intent", "request", "scope", "tool")
+    __slots__ = ("attempt", "call_id", "input", "intent", "request", "scope", "span", "tool")
 
     attempt: int
     call_id: str
@@ -55,6 +55,7 @@ class CallOutcome:
     intent: JournalEntry | None
     request: ApprovalRequest | None
     scope: SagaScope
+    span: _telemetry.ToolSpan | None
     tool: JournaledTool
 
     async def _anot_started(self, cancelled: BaseException) -> None:
@@ -83,7 +84,7 @@ class CallOutcome:
         if not self._retries(error):
             return None
         with self.scope.lock:
-            self._append_outcome(Phase.FAILED, self._retried_payload(error))
+            self._append_outcome(Phase.FAILED, self._retried_payload(error), error)
             self.attempt += 1
             self.intent = self.scope.append(
                 _INTENT,
@@ -103,7 +104,7 @@ class CallOutcome:
         if not self._retries(error):
             return None
         try:
-            await self._aappend_outcome(Phase.FAILED, self._retried_payload(error))
+            await self._aappend_outcome(Phase.FAILED, self._retried_payload(error), error)
             self.attempt += 1
             self.intent = await self.scope.aappend(
                 _INTENT,
@@ -217,7 +218,7 @@ class CallOutcome:
         """Journal FAILED with the error's kind; mark the saga failed when the kind says so."""
         payload = self._failure_payload(error)
         try:
-            self._append_outcome(Phase.FAILED, payload)
+            self._append_outcome(Phase.FAILED, payload, error)
         except JournalError as journal_error:
             raise journal_error from error
         self._consume_request()  # the approval was used: a retry must be approved again
@@ -226,7 +227,7 @@ class CallOutcome:
         """`failed` from async code: the loop awaits the FAILED entry's commit."""
         payload = self._failure_payload(error)
         try:
-            await self._aappend_outcome(Phase.FAILED, payload)
+            await self._aappend_outcome(Phase.FAILED, payload, error)
         except JournalError as journal_error:
             raise journal_error from error
         await self._aconsume_request()
@@ -253,7 +254,9 @@ class CallOutcome:
             payload["attempt"] = self.attempt
         return payload
 
-    def _append_outcome(self, phase: Phase, payload: JsonValue) -> None:
+    def _append_outcome(
+        self, phase: Phase, payload: JsonValue, error: BaseException | None = None
+    ) -> None:
         assert self.intent is not None
         entry = self.scope.append(
             phase,
@@ -262,9 +265,13 @@ class CallOutcome:
             ref_seq=self.intent.seq,
             payload=payload,
         )
-        self._traced(entry)
+        span = self.span  # None unless sagacity.observability.instrument() ran
+        if span is not None:
+            span.outcome(entry, error)
 
-    async def _aappend_outcome(self, phase: Phase, payload: JsonValue) -> None:
+    async def _aappend_outcome(
+        self, phase: Phase, payload: JsonValue, error: BaseException | None = None
+    ) -> None:
         assert self.intent is not None
         entry = await self.scope.aappend(
             phase,
@@ -273,13 +280,28 @@ class CallOutcome:
             ref_seq=self.intent.seq,
             payload=payload,
         )
-        self._traced(entry)
+        span = self.span
+        if span is not None:
+            span.outcome(entry, error)
 
-    def _traced(self, outcome: JournalEntry) -> None:
+    def traced(self) -> _telemetry.ToolSpan | None:
+        """Start the call's live span after its INTENT, when tracing is installed.
+
+        The span is current while the tool runs, so spans the tool makes are its
+        children; the caller detaches it once the tool returns or raises.
+        """
         tracing = _telemetry.current  # None unless sagacity.observability.instrument() ran
-        if tracing is not None:
-            assert self.intent is not None
-            tracing.tool_call(self.intent, outcome, self.tool.reversibility._value_)
+        if tracing is None:
+            return None
+        assert self.intent is not None
+        tool = self.tool
+        self.span = tracing.tool_started(
+            self.intent,
+            description=tool.description,
+            reversibility=tool.reversibility._value_,
+            arguments=self.input,
+        )
+        return self.span
 
     def _consume_request(self) -> None:
         if self.request is not None:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from sagacity.journal import JournalEntry
 
 __all__ = [
+    "ToolSpan",
     "Tracing",
     "approval_closed",
     "approval_event",
@@ -32,6 +33,18 @@ __all__ = [
 
 logger = logging.getLogger("sagacity")
 """The logger every sagacity log line goes to."""
+
+
+class ToolSpan(Protocol):
+    """One call's live `execute_tool` span: current while the tool runs, ended at its outcome."""
+
+    def detach(self) -> None:
+        """The tool returned or raised: the span stops being current (it stays open)."""
+        ...
+
+    def outcome(self, entry: JournalEntry, error: BaseException | None) -> None:
+        """The call's EXECUTED or FAILED was journaled: end the span (a retried one stays)."""
+        ...
 
 
 class Tracing(Protocol):
@@ -49,8 +62,19 @@ class Tracing(Protocol):
         """End the saga's span."""
         ...
 
-    def tool_call(self, intent: JournalEntry, outcome: JournalEntry, reversibility: str) -> None:
-        """Record a call's span from its INTENT to its EXECUTED or FAILED entry."""
+    def tool_started(
+        self,
+        intent: JournalEntry,
+        *,
+        description: str,
+        reversibility: str,
+        arguments: dict[str, Any],
+    ) -> ToolSpan:
+        """The call's INTENT was journaled: start its span and make it current.
+
+        When a framework's own `execute_tool` span for the same tool is current, the
+        call's attributes go on that span instead, and no second span is made.
+        """
         ...
 
     def compensation_started(self, saga_id: str, executed: JournalEntry) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from sagacity import _telemetry
 from sagacity._call import PAUSE, REPLAY, Call
 from sagacity._classify import ExceptionClassifier, FailureKind, default_classifier
 from sagacity._offloop import FinishedThenCancelled
@@ -214,6 +215,7 @@ class SagaTool:
             return value
         if decision is PAUSE:
             return (on_approval_needed or awaiting_approval_message)(value)
+        span = None if _telemetry.current is None else call.traced()
         token = call_var.set(CurrentCall(scope.saga_id, call.call_id, self.name))
         try:
             while True:
@@ -228,6 +230,8 @@ class SagaTool:
                 time.sleep(wait)
         finally:
             call_var.reset(token)
+            if span is not None:
+                span.detach()
         call.executed(result)
         return result
 
@@ -260,6 +264,7 @@ class SagaTool:
             if decision is PAUSE:
                 paused = (on_approval_needed or awaiting_approval_message)(value)
                 return await paused if inspect.isawaitable(paused) else paused
+            span = None if _telemetry.current is None else call.traced()
             token = call_var.set(CurrentCall(scope.saga_id, call.call_id, self.name))
             try:
                 while True:
@@ -277,6 +282,8 @@ class SagaTool:
                     await call.abackoff(wait, failure)
             finally:
                 call_var.reset(token)
+                if span is not None:
+                    span.detach()
             await call.aexecuted(result)
         except _JOURNALED_CANCELS as cancelled:
             # What the journal holds is recorded by now; the caller gets the plain cancel

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import threading
 from typing import Any
 
@@ -11,7 +10,13 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from sagacity import _telemetry
-from sagacity.journal import JournalEntry
+from sagacity.journal import JournalEntry, canonical_bytes
+from sagacity.observability._tool_span import (
+    FrameworkToolSpan,
+    ToolMetrics,
+    ToolSpan,
+    framework_span,
+)
 
 __all__ = ["OtelTracing", "instrument", "uninstrument"]
 
@@ -25,20 +30,17 @@ class OtelTracing:
         self,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        *,
+        record_arguments: bool = False,
+        record_results: bool = False,
     ) -> None:
         from sagacity import __version__
 
         self.tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
-        self.calls = meter.create_counter(
-            "sagacity.tool.calls", unit="{call}", description="Journaled tool calls"
-        )
-        self.failures = meter.create_counter(
-            "sagacity.tool.failures", unit="{call}", description="Tool calls journaled FAILED"
-        )
-        self.in_doubt = meter.create_counter(
-            "sagacity.tool.in_doubt", unit="{call}", description="Calls whose outcome is unknown"
-        )
+        self.tool_metrics = ToolMetrics(meter)
+        self.record_arguments = record_arguments
+        self.record_results = record_results
         self.compensations = meter.create_counter(
             "sagacity.compensations",
             unit="{compensation}",
@@ -50,13 +52,8 @@ class OtelTracing:
             description="Approval requests asked and not yet closed (run, rejected, "
             "declined, replaced, or their saga ended)",
         )
-        self.duration = meter.create_histogram(
-            "sagacity.tool.duration",
-            unit="s",
-            description="Time from a call's INTENT to its EXECUTED or FAILED",
-        )
         self._sagas: dict[str, Span] = {}
-        self._compensations: dict[tuple[str, int], Span] = {}
+        self._compensations: dict[tuple[str, int], tuple[Span, object]] = {}
         self._guard = threading.Lock()
 
     # -- sagas ----------------------------------------------------------------------------
@@ -91,52 +88,59 @@ class OtelTracing:
         span.end()
 
     def _parent(self, saga_id: str) -> otel_context.Context | None:
+        """The saga's span while its run is open in this process; else the current context."""
         span = self._sagas.get(saga_id)
         return None if span is None else trace.set_span_in_context(span)
 
     # -- tool calls -----------------------------------------------------------------------
 
-    def tool_call(self, intent: JournalEntry, outcome: JournalEntry, reversibility: str) -> None:
-        """`execute_tool {tool}` (GenAI semantic conventions), timed by the two entries."""
+    def tool_started(
+        self,
+        intent: JournalEntry,
+        *,
+        description: str,
+        reversibility: str,
+        arguments: dict[str, Any],
+    ) -> _telemetry.ToolSpan:
+        """Start `execute_tool {tool}` under the current span, or join the framework's own."""
         tool_name = str(intent.tool_name)
-        began, ended = _nanos(intent.recorded_at), _nanos(outcome.recorded_at)
-        phase = outcome.phase.value
-        span = self.tracer.start_span(
-            f"execute_tool {tool_name}",
-            context=self._parent(intent.saga_id),
-            kind=SpanKind.INTERNAL,
-            start_time=began,
-            attributes={
+        attributes: dict[str, Any] = {
+            "sagacity.saga_id": intent.saga_id,
+            "sagacity.call_id": str(intent.call_id),
+            "sagacity.seq": intent.seq,
+            "sagacity.reversibility": reversibility,
+        }
+        current = trace.get_current_span()
+        if framework_span(current, tool_name):
+            current.set_attributes(attributes)
+            return FrameworkToolSpan(current, tool_name, self.tool_metrics)
+        attributes.update(
+            {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": tool_name,
                 "gen_ai.tool.call.id": str(intent.call_id),
                 "gen_ai.tool.type": "function",
-                "sagacity.saga_id": intent.saga_id,
-                "sagacity.seq": intent.seq,
-                "sagacity.reversibility": reversibility,
-                "sagacity.phase": phase,
-            },
+            }
         )
-        attributes = {"gen_ai.tool.name": tool_name}
-        self.calls.add(1, attributes)
-        if phase == "FAILED":
-            payload = outcome.payload if isinstance(outcome.payload, dict) else {}
-            error = payload.get("error")
-            kind = str(payload.get("kind"))
-            error_type = error.get("type") if isinstance(error, dict) else None
-            span.set_attribute("error.type", str(error_type or kind))
-            span.set_attribute("sagacity.failure_kind", kind)
-            span.set_status(Status(StatusCode.ERROR, str(error_type or kind)))
-            self.failures.add(1, {**attributes, "sagacity.failure_kind": kind})
-            if kind == "outcome_unknown":
-                self.in_doubt.add(1, attributes)
-        self.duration.record(max(ended - began, 0) / 1e9, attributes)
-        span.end(end_time=ended)
+        if description:
+            attributes["gen_ai.tool.description"] = description
+        if self.record_arguments:
+            attributes["gen_ai.tool.call.arguments"] = canonical_bytes(arguments).decode()
+        span = self.tracer.start_span(
+            f"execute_tool {tool_name}", kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        token = otel_context.attach(trace.set_span_in_context(span))
+        return ToolSpan(span, token, tool_name, self.tool_metrics, self.record_results)
 
     # -- compensations --------------------------------------------------------------------
 
     def compensation_started(self, saga_id: str, executed: JournalEntry) -> None:
-        """Start `compensate {tool}` under the saga span."""
+        """Start `compensate {tool}` and make it current while the compensation runs.
+
+        Its parent is the saga's span while the saga's run is open in this process (the
+        undo after the work failed), else the current span (a later `compensate` or a
+        rejection, under the operator's or the request's span).
+        """
         span = self.tracer.start_span(
             f"compensate {executed.tool_name}",
             context=self._parent(saga_id),
@@ -147,19 +151,22 @@ class OtelTracing:
                 "gen_ai.tool.call.id": str(executed.call_id),
             },
         )
+        token = otel_context.attach(trace.set_span_in_context(span))
         with self._guard:
-            self._compensations[(saga_id, executed.seq)] = span
+            self._compensations[(saga_id, executed.seq)] = (span, token)
 
     def compensation_ended(self, saga_id: str, executed: JournalEntry, failed: bool) -> None:
-        """End the compensation's span."""
+        """End the compensation's span; it stops being current."""
         with self._guard:
-            span = self._compensations.pop((saga_id, executed.seq), None)
+            live = self._compensations.pop((saga_id, executed.seq), None)
         outcome = "COMPENSATION_FAILED" if failed else "COMPENSATED"
         self.compensations.add(
             1, {"gen_ai.tool.name": str(executed.tool_name), "sagacity.phase": outcome}
         )
-        if span is None:
+        if live is None:
             return
+        span, token = live
+        otel_context.detach(token)  # type: ignore[arg-type]
         span.set_attribute("sagacity.phase", outcome)
         if failed:
             span.set_attribute("error.type", "compensation_failed")
@@ -189,17 +196,28 @@ class OtelTracing:
 def instrument(
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
+    *,
+    record_arguments: bool = False,
+    record_results: bool = False,
 ) -> None:
-    """Turn on sagacity's spans and metrics, through the given or the global providers."""
-    _telemetry.current = OtelTracing(tracer_provider, meter_provider)
+    """Turn on sagacity's spans and metrics, through the given or the global providers.
+
+    Args:
+        tracer_provider: Where spans go; the global provider when None.
+        meter_provider: Where metrics go; the global provider when None.
+        record_arguments: Put a call's journaled input on its span as
+            `gen_ai.tool.call.arguments`. Off by default: arguments may hold secrets.
+        record_results: Put a call's journaled result on its span as
+            `gen_ai.tool.call.result`. Off by default, for the same reason.
+    """
+    _telemetry.current = OtelTracing(
+        tracer_provider,
+        meter_provider,
+        record_arguments=record_arguments,
+        record_results=record_results,
+    )
 
 
 def uninstrument() -> None:
     """Turn them off again: the core goes back to its no-op hooks."""
     _telemetry.current = None
-
-
-def _nanos(recorded_at: str) -> int:
-    """An entry's `recorded_at` as OpenTelemetry's nanoseconds since the epoch."""
-    when = datetime.datetime.fromisoformat(recorded_at)
-    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
