@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 from collections.abc import AsyncGenerator, Sequence
 from decimal import Decimal
 from typing import Any
 
-from google.adk.agents import LlmAgent
+from google.adk.agents import LlmAgent, RunConfig
 from google.adk.apps import App
 from google.adk.events import Event
 from google.adk.models.base_llm import BaseLlm
@@ -44,10 +45,13 @@ class Orders:
 
     def __init__(self, *, ship_fails: bool = False) -> None:
         self.log: list[str] = []
+        self.started = threading.Event()
+        """Set once `book_courier` or `pick` has started: a failing `label` waits for it."""
+        self.picking = threading.Event()
+        """Set by a failing `label` before it raises: lets a waiting `pick` finish."""
         self.calls: collections.Counter[str] = collections.Counter()
         self.seen: dict[str, CurrentCall | None] = {}
         self.ship_fails = ship_fails
-        self.courier_started = asyncio.Event()
         self.courier_release = asyncio.Event()
 
     @compensable(by="release_inventory")
@@ -95,7 +99,7 @@ class Orders:
     async def book_courier(self, slot: str) -> str:
         """Book a courier for a pick-up slot; waits until the test lets it finish."""
         self._called("book_courier", slot)
-        self.courier_started.set()
+        self.started.set()
         try:
             await self.courier_release.wait()
         except asyncio.CancelledError:
@@ -107,6 +111,31 @@ class Orders:
     @compensation
     def cancel_courier(self, ctx: CompensationContext) -> None:
         self.log.append(f"cancel {ctx.result}")
+
+    @compensable(by="unpick")
+    def pick(self, sku: str) -> str:
+        """Pick an item off the shelf; blocks its thread until a failing `label` lets it go."""
+        self._called("pick", sku)
+        self.started.set()
+        assert self.picking.wait(timeout=10)
+        self.log.append(f"pick {sku}")
+        return f"pick-{sku}"
+
+    @compensation
+    def unpick(self, ctx: CompensationContext) -> None:
+        self.log.append(f"unpick {ctx.result}")
+
+    @compensable(by="unlabel")
+    async def label(self, order_id: str) -> str:
+        """Print a label; fails once the courier booking (or a pick) is under way."""
+        self._called("label", order_id)
+        assert await asyncio.to_thread(self.started.wait, 10)
+        self.picking.set()
+        raise RuntimeError("printer jammed")
+
+    @compensation
+    def unlabel(self, ctx: CompensationContext) -> None:
+        self.log.append(f"unlabel {ctx.result}")
 
     @compensable(reversibility=Reversibility.IRREVERSIBLE)
     def send_wire_transfer(self, amount: Decimal, to: str) -> str:
@@ -235,14 +264,16 @@ class Desk:
         assert session is not None
         return session
 
-    async def turn(self, session_id: str, message: str | types.Content) -> list[Event]:
+    async def turn(
+        self, session_id: str, message: str | types.Content, run_config: RunConfig | None = None
+    ) -> list[Event]:
         """Run one user turn through the runner; return its events."""
         if isinstance(message, str):
             message = types.Content(role="user", parts=[types.Part.from_text(text=message)])
         return [
             event
             async for event in self.runner.run_async(
-                user_id=USER, session_id=session_id, new_message=message
+                user_id=USER, session_id=session_id, new_message=message, run_config=run_config
             )
         ]
 
