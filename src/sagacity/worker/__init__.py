@@ -15,11 +15,14 @@ See docs/worker.md.
 from __future__ import annotations
 
 from sagacity._decisions import WORK, Decision, DecisionOutcome, Resumer, pausing_as
-from sagacity.worker._worker import Worker, WorkerHealth
+from sagacity.worker._events import DecisionEvents
+from sagacity.worker._health import WorkerHealth
+from sagacity.worker._worker import Worker
 
 __all__ = [
     "WORK",
     "Decision",
+    "DecisionEvents",
     "DecisionOutcome",
     "Resumer",
     "Worker",

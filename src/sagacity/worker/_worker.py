@@ -2,41 +2,30 @@
 
 from __future__ import annotations
 
-import dataclasses
+import asyncio
 import datetime
+import logging
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from sagacity._decisions import WORK, Decision, Resumer
-from sagacity.errors import ConfigurationError
+from sagacity._history import SagaHistory
+from sagacity._resume_decision import DecisionResume
+from sagacity.errors import ConfigurationError, SagaBusyError, SagacityError
+from sagacity.worker._events import default_poll_interval
+from sagacity.worker._health import WorkerHealth, write_health
+from sagacity.worker._watch import JournalWatch, open_watch
 
 if TYPE_CHECKING:
     from sagacity.saga import Sagacity
 
 __all__ = ["Worker", "WorkerHealth"]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class WorkerHealth:
-    """How a worker stands: what `health_file` holds and `sagacity worker --health` reads."""
-
-    pid: int
-    """The worker's process id."""
-    state: str
-    """`"starting"`, `"running"`, `"stopping"` or `"stopped"`."""
-    started_at: datetime.datetime
-    """When the worker started (UTC)."""
-    beat_at: datetime.datetime
-    """The worker's last heartbeat (UTC): it is alive and polling when this is recent."""
-    wakeup: str
-    """How decisions wake it: `"listen"` (PostgreSQL LISTEN/NOTIFY) or `"poll"`."""
-    resumed: int = 0
-    """Decisions this worker resumed (its resumer ran, or the walk, to the end)."""
-    failed: int = 0
-    """Resumes that raised: logged, the saga left as the journal says."""
-    unroutable: tuple[str, ...] = ()
-    """Sagas waiting for a resumer name this worker has none for."""
 
 
 Resumers = Resumer | Mapping[str, Resumer]
@@ -113,6 +102,21 @@ class Worker:
         self.listen = listen
         self.health_file = None if health_file is None else os.fspath(health_file)
         self.rescan_interval = rescan_interval
+        self._resume = DecisionResume(sagacity)
+        self._stopping = threading.Event()
+        self._watch: JournalWatch | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry: dict[str, float] = {}
+        """Sagas to look at again, by when (`time.monotonic()`): busy, or just failed."""
+        self._failed_at: dict[str, int] = {}
+        """Sagas whose resume raised, with their last seq then: retried once it moves."""
+        self._unroutable: dict[str, str] = {}
+        self._started = datetime.datetime.now(datetime.UTC)
+        self._state = "starting"
+        self._resumed = 0
+        self._failed = 0
+        self._resuming: str | None = None
+        self._beats: threading.Thread | None = None
 
     def resumer_for(self, decision: Decision) -> Resumer | None:
         """The resumer that continues `decision`'s saga; None for the stored call.
@@ -130,6 +134,212 @@ class Worker:
             f"{decision.resumer!r}, and this worker has no resumer of that name (it has "
             f"{sorted(self._named) or 'none'}); give Worker a resumer for {decision.resumer!r}"
         )
+
+    # -- running -----------------------------------------------------------------------
+
+    def run(self, *, handle_signals: bool = True) -> None:
+        """Resume decided sagas until `stop()` (or SIGTERM / SIGINT) is called.
+
+        SIGTERM and SIGINT (from the main thread, with `handle_signals`) stop the worker
+        cleanly: the resume under way finishes, nothing new starts, the health file says
+        `stopped`, and `run` returns.
+        """
+        restore = self._install_signals() if handle_signals else {}
+        try:
+            self._open()
+            self._state = "running"
+            self._beat()
+            candidates = self._everything()
+            next_rescan = time.monotonic() + self.rescan_interval
+            assert self._watch is not None
+            while not self._stopping.is_set():
+                self._work_through(candidates)
+                if self._stopping.is_set():
+                    break
+                now = time.monotonic()
+                due = min([next_rescan, *self._retry.values()], default=next_rescan)
+                assert self.poll_interval is not None
+                self._watch.wait(max(0.0, min(self.poll_interval, due - now)))
+                candidates = self._watch.changed() | self._due()
+                if time.monotonic() >= next_rescan:
+                    candidates |= self._everything()
+                    next_rescan = time.monotonic() + self.rescan_interval
+        finally:
+            self._state = "stopped"
+            self._close()
+            for signum, handler in restore.items():
+                signal.signal(signum, handler)
+
+    def run_once(self) -> int:
+        """Act on every decision waiting now, then return how many were acted on."""
+        self._open()
+        try:
+            before = self._resumed
+            self._work_through(self._everything())
+            while self._retry and not self._stopping.is_set():
+                time.sleep(max(0.0, min(self._retry.values()) - time.monotonic()))
+                self._work_through(self._due())
+            return self._resumed - before
+        finally:
+            self._close()
+
+    def stop(self) -> None:
+        """Ask the worker to stop once the resume under way (if any) has finished."""
+        self._state = "stopping" if self._state != "stopped" else self._state
+        self._stopping.set()
+        if self._watch is not None:
+            self._watch.interrupt()
+
+    @property
+    def health(self) -> WorkerHealth:
+        """How the worker stands now."""
+        return WorkerHealth(
+            pid=os.getpid(),
+            state=self._state,
+            started_at=self._started,
+            beat_at=datetime.datetime.now(datetime.UTC),
+            wakeup="none" if self._watch is None else self._watch.wakeup,
+            resumed=self._resumed,
+            failed=self._failed,
+            resuming=self._resuming,
+            unroutable=tuple(sorted(self._unroutable)),
+        )
+
+    def resume(self, saga_id: str) -> bool:
+        """Act on the decision saga `saga_id` waits for, if any; True if this worker did.
+
+        False when there is none, or another worker acted on it first.
+
+        Raises:
+            SagaBusyError: Another worker holds the saga now.
+            LookupError: The saga waits for a resumer name this worker has none for.
+        """
+        history = SagaHistory.of(saga_id, self.sagacity.journal.entries(saga_id))
+        decision = self._resume.waiting(history)
+        if decision is None:
+            return False
+        resumer = self.resumer_for(decision)
+        self._resuming = saga_id
+        try:
+            if self._resume.needs_async(decision, resumer):
+                if self._loop is None:
+                    self._loop = asyncio.new_event_loop()
+                result = self._loop.run_until_complete(self._resume.aresume(decision, resumer))
+            else:
+                result = self._resume.resume(decision, resumer)
+        finally:
+            self._resuming = None
+        if result is None:
+            return False
+        self._resumed += 1
+        logger.info(
+            "saga %r: request %s %s; resumed: %s",
+            saga_id,
+            decision.request_id,
+            decision.outcome.value,
+            result.outcome.value,
+        )
+        return True
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _work_through(self, sagas: set[str]) -> None:
+        order = list(sagas)
+        random.shuffle(order)  # workers racing for one batch spread over it
+        for saga_id in order:
+            if self._stopping.is_set():
+                return
+            self._retry.pop(saga_id, None)
+            self._try(saga_id)
+
+    def _try(self, saga_id: str) -> None:
+        try:
+            if saga_id in self._failed_at:
+                entries = self.sagacity.journal.entries(saga_id)
+                if entries and entries[-1].seq == self._failed_at[saga_id]:
+                    return  # nothing changed since it failed: a human or a rescan must
+                del self._failed_at[saga_id]
+            self.resume(saga_id)
+            self._unroutable.pop(saga_id, None)
+        except SagaBusyError:
+            self._retry[saga_id] = time.monotonic() + _BUSY_RETRY
+        except LookupError as unroutable:
+            if saga_id not in self._unroutable:
+                logger.error("%s", unroutable)
+            self._unroutable[saga_id] = str(unroutable)
+        except (SagacityError, Exception) as error:  # a resumer's failure ends up here
+            self._failed += 1
+            entries = self.sagacity.journal.entries(saga_id)
+            self._failed_at[saga_id] = entries[-1].seq if entries else 0
+            logger.error("saga %r: the resume failed: %s", saga_id, error, exc_info=error)
+
+    def _due(self) -> set[str]:
+        now = time.monotonic()
+        return {saga_id for saga_id, at in self._retry.items() if at <= now}
+
+    def _everything(self) -> set[str]:
+        assert self._watch is not None
+        now = self.sagacity.now()
+        expired = {r.saga_id for r in self.sagacity.approvals.pending() if r.expired(now)}
+        return self._watch.all_sagas() | expired
+
+    def _open(self) -> None:
+        if self._watch is None:
+            self._watch = open_watch(self.sagacity.journal, listen=self.listen)
+            if self.poll_interval is None:
+                self.poll_interval = default_poll_interval(self._watch)
+        if self.health_file is not None and self._beats is None:
+            self._beats = threading.Thread(target=self._beating, name="sagacity-worker-health")
+            self._beats.daemon = True
+            self._beats.start()
+
+    def _close(self) -> None:
+        self._stopping.set()
+        if self._beats is not None:
+            self._beats.join()
+            self._beats = None
+        self._beat()
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
+
+    def _beating(self) -> None:
+        while not self._stopping.wait(_BEAT):
+            self._beat()
+
+    def _beat(self) -> None:
+        if self.health_file is not None:
+            try:
+                write_health(self.health_file, self.health)
+            except OSError as error:
+                logger.warning("cannot write the worker health to %r: %s", self.health_file, error)
+
+    def _install_signals(self) -> dict[int, _Handler]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            logger.info("signal %s: stopping once the resume under way has finished", signum)
+            self.stop()
+
+        restore: dict[int, _Handler] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            restore[signum] = signal.signal(signum, stop)
+        return restore
+
+
+logger = logging.getLogger("sagacity.worker")
+
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+"""What `signal.signal` returns and takes."""
+
+_BUSY_RETRY = 0.5
+"""Seconds before a saga another worker held is looked at again."""
+_BEAT = 1.0
+"""Seconds between heartbeats in the health file."""
 
 
 def _checked(resumer: object, name: str) -> Resumer:
