@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from sagacity.cli import _act, _evidence, _read, _run
+from sagacity.cli import _act, _evidence, _read, _run, _worker
 from sagacity.cli._common import (
     EXIT_BROKEN_PIPE,
     EXIT_DATABASE,
@@ -210,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the Ed25519 private key (PEM) that signs the approvals made in the server; "
         "default: SAGACITY_APPROVAL_KEY",
     )
+    _worker.add_worker_command(commands)
     return parser
 
 
@@ -259,6 +260,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _run.serve,
     "show": _read.show,
     "verify": _read.verify_command,
+    "worker": _worker.worker,
 }
 
 
