@@ -11,49 +11,35 @@ page as text. A strict Content-Security-Policy (no inline script, nothing from a
 origin) backs that up. The page's own script and style are served from `static/`.
 
 Here: the router and its pages. `_ui_http` holds who is asking, cookies and the CSRF
-and cross-site checks; `_ui_actions` the form posts; `_ui_inbox` what the pages show;
-`_ui_sessions` the sessions.
+and cross-site checks; `_ui_actions` the form posts; `_ui_inbox` what the pages show and
+`_ui_views` what the request and saga pages are drawn from; `_ui_signin` signing in and
+out; `_ui_events` the live updates; `_ui_sessions` the sessions.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
-import orjson
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import RedirectResponse, Response, StreamingResponse
+from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from sagacity._history import payload_of
 from sagacity._ids import require_id
-from sagacity._lease_view import STALLED, Worker, is_stalled, workers_of
-from sagacity._summary import STATUSES, iter_doubts, list_summaries, summary_of
+from sagacity._lease_view import STALLED, is_stalled, workers_of
+from sagacity._summary import STATUSES, list_summaries
 from sagacity._unicode import principal_key
-from sagacity.approval import ApprovalRequest
-from sagacity.audit import iter_entries, verify
-from sagacity.errors import ConfigurationError, JournalError, SagacityError
-from sagacity.journal import JournalEntry, Phase
-from sagacity.saga import Sagacity
-from sagacity.server._auth import APPROVER, OPERATOR, VIEWER, sagacity_of
+from sagacity.errors import SagacityError
+from sagacity.server._auth import APPROVER, OPERATOR, sagacity_of
 from sagacity.server._ui_actions import add_actions
+from sagacity.server._ui_events import add_events
 from sagacity.server._ui_http import (
-    SESSION_COOKIE,
-    SIGNIN_COOKIE,
     InboxSite,
     Refusal,
-    form_field,
-    next_path,
-    principal_of_token,
     refusal_of,
     secured,
 )
 from sagacity.server._ui_inbox import (
-    InboxItem,
-    RunFlow,
     age,
     approvers_required,
     edit_view,
@@ -62,13 +48,21 @@ from sagacity.server._ui_inbox import (
     inbox_items,
     inbox_version,
     pretty_json,
-    run_flow,
     saga_path,
     started_by,
     timeline,
-    visible,
 )
 from sagacity.server._ui_sessions import SessionStore
+from sagacity.server._ui_signin import add_sign_in
+from sagacity.server._ui_views import (
+    GLANCE_FIELDS,
+    NoLongerWaiting,
+    glance,
+    request_view,
+    saga_view,
+    tool_is_wrapped,
+    worker_text,
+)
 
 __all__ = ["ui_router"]
 
@@ -161,8 +155,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 "workflow": item.workflow,
                 "stage": item.stage,
                 "edits": [edit_view(edit) for edit in item.edits],
-                "glance": _glance(item.input),
-                "more": isinstance(item.input, dict) and len(item.input) > _GLANCE_FIELDS,
+                "glance": glance(item.input),
+                "more": isinstance(item.input, dict) and len(item.input) > GLANCE_FIELDS,
                 "asked_by": item.started_by,
             }
             for item in items
@@ -173,72 +167,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         )
         return inbox.finish(request, response)
 
-    @router.get("/sign-in", name="sagacity_ui_sign_in")
-    async def sign_in_form(request: Request, next: str = "") -> Response:
-        nonce = SessionStore.new_nonce()
-        base = inbox.base(request)
-        response = inbox.page(
-            request,
-            "sign_in.html",
-            session=None,
-            title="Sign in",
-            signin_nonce=nonce,
-            next=next_path(next, base),
-        )
-        inbox.set_cookie(response, request, SIGNIN_COOKIE, nonce)
-        return response
-
-    @router.post("/sign-in", name="sagacity_ui_sign_in_post")
-    async def sign_in(request: Request) -> Response:
-        base = inbox.base(request)
-        why = inbox.cross_site(request)
-        form = await request.form()
-        nonce, cookie = form.get("csrf"), request.cookies.get(SIGNIN_COOKIE)
-        if why is None and not (
-            isinstance(nonce, str) and cookie and SessionStore.same(nonce, cookie)
-        ):
-            why = "the sign-in form is stale; open the sign-in page again"
-        if why is not None:
-            return inbox.refusal(request, Refusal(403, f"refused: {why}"), None)
-        token = form.get("token")
-        principal = None
-        if isinstance(token, str) and token.strip():
-            principal = await principal_of_token(request, token.strip())
-        if principal is None:
-            fresh = SessionStore.new_nonce()
-            response = inbox.page(
-                request,
-                "sign_in.html",
-                session=None,
-                http_status=401,
-                title="Sign in",
-                error="That token is not known.",
-                signin_nonce=fresh,
-                next=next_path(form_field(form, "next", required=False), base),
-            )
-            inbox.set_cookie(response, request, SIGNIN_COOKIE, fresh)
-            return response
-        inbox.sessions.close(request.cookies.get(SESSION_COOKIE))
-        session_id, session = inbox.sessions.open(principal)
-        session.flash.append(f"Signed in as {principal.name}.")
-        target = next_path(form_field(form, "next", required=False), base)
-        response = secured(RedirectResponse(target, status_code=303))
-        inbox.set_cookie(response, request, SESSION_COOKIE, session_id)
-        inbox.drop_cookie(response, request, SIGNIN_COOKIE)
-        return response
-
-    @router.post("/sign-out", name="sagacity_ui_sign_out")
-    async def sign_out(request: Request) -> Response:
-        try:
-            await inbox.actor(request, VIEWER)
-        except Refusal as refusal:
-            if refusal.status != 401:
-                return inbox.refusal(request, refusal, None)
-        inbox.sessions.close(request.cookies.get(SESSION_COOKIE))
-        base = inbox.base(request)
-        response = secured(RedirectResponse(f"{base}/sign-in", status_code=303))
-        inbox.drop_cookie(response, request, SESSION_COOKIE)
-        return response
+    add_sign_in(router, inbox)
 
     @router.get("/requests/{request_id}", name="sagacity_ui_request")
     async def request_page(request: Request, request_id: str) -> Response:
@@ -246,8 +175,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         if session is None:
             return refused or Response(status_code=500)
         try:
-            view = await run_in_threadpool(_request_view, sagacity_of(request), request_id)
-        except _NoLongerWaiting as gone:
+            view = await run_in_threadpool(request_view, sagacity_of(request), request_id)
+        except NoLongerWaiting as gone:
             base = inbox.base(request)
             response = inbox.page(
                 request,
@@ -288,7 +217,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         fully = pending.state == "approved" and len(pending.approvals) >= approvers_required(
             pending
         )
-        wrapped = flow is None and _wrapped(sagacity, pending.tool_name)
+        wrapped = flow is None and tool_is_wrapped(sagacity, pending.tool_name)
         resume_note = None
         if fully and flow is not None and flow.runtime is None:
             resume_note = (
@@ -347,7 +276,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             return refused or Response(status_code=500)
         sagacity = sagacity_of(request)
         try:
-            values = await run_in_threadpool(_saga_view, sagacity, id, inbox.base(request))
+            values = await run_in_threadpool(saga_view, sagacity, id, inbox.base(request))
         except Refusal as refusal:
             return inbox.finish(request, inbox.refusal(request, refusal, session))
         except SagacityError as error:
@@ -403,7 +332,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 {
                     **summary.to_json(),
                     "url": base + saga_path(summary.saga_id),
-                    "worker": _worker_text(workers.get(summary.saga_id)),
+                    "worker": worker_text(workers.get(summary.saga_id)),
                     "stalled": is_stalled(summary, workers.get(summary.saga_id)),
                 }
                 for summary in page.summaries
@@ -417,20 +346,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         )
         return inbox.finish(request, response)
 
-    @router.get("/events", name="sagacity_ui_events")
-    async def events(request: Request, saga: str | None = None, v: str = "") -> Response:
-        session = inbox.sessions.get(request.cookies.get(SESSION_COOKIE))
-        if session is None or not session.principal.can(VIEWER):
-            return secured(Response("sign in first", status_code=401))
-        sagacity = sagacity_of(request)
-        cookie = request.cookies.get(SESSION_COOKIE)
-
-        def signed_in() -> bool:
-            return inbox.sessions.get(cookie, touch=False) is not None
-
-        stream = _changes(request, sagacity, saga, v, inbox.poll_interval, signed_in)
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return secured(StreamingResponse(stream, media_type="text/event-stream", headers=headers))
+    add_events(router, inbox)
 
     @router.get("/static/{name}", name="sagacity_ui_static")
     async def static(name: str) -> Response:
@@ -442,207 +358,3 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Cache-Control"] = "no-cache"
         return response
-
-
-_GLANCE_FIELDS = 3
-_GLANCE_CHARS = 40
-
-
-def _glance(value: Any) -> list[tuple[str, str]]:
-    """The first fields of an input, an `amount` first, for the queue: what is asked.
-
-    Each value is cut at 40 characters (the request page shows it whole), and shown with
-    every invisible or reordering character escaped, as the request page shows it.
-    """
-    if not isinstance(value, dict):
-        return [("", visible(_cut(orjson.dumps(value).decode())))]
-    keys = sorted(value, key=lambda key: key != "amount")[:_GLANCE_FIELDS]
-    shown = []
-    for key in keys:
-        field = value[key]
-        text = field if isinstance(field, str) else orjson.dumps(field).decode()
-        shown.append((visible(str(key)), visible(_cut(text))))
-    return shown
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= _GLANCE_CHARS else text[: _GLANCE_CHARS - 1] + "…"
-
-
-def _worker_text(worker: Worker | None) -> str | None:
-    """The worker of a saga that has not ended, in words (as `sagacity sagas` says it)."""
-    return None if worker is None else worker.describe()
-
-
-def _wrapped(sagacity: Sagacity, tool_name: str) -> bool:
-    try:
-        sagacity.tool(tool_name)
-    except ConfigurationError:
-        return False
-    return True
-
-
-def _request_view(
-    sagacity: Sagacity, request_id: str
-) -> tuple[ApprovalRequest, list[JournalEntry], list[InboxItem], RunFlow | None]:
-    require_id(request_id, "request id")
-    stored = sagacity.approvals.get(request_id)
-    if stored is None:
-        _raise_if_used(sagacity, request_id)
-        raise Refusal(
-            404,
-            f"no pending approval request {request_id!r}: it was decided, used or never asked",
-            heading="Not found",
-        )
-    # The journal is read before the requests: what the page shows is then at least as new
-    # as the version it is drawn with, and the live stream never misses a change.
-    entries = sagacity.history(stored.saga_id)
-    items = inbox_items(sagacity, stored.saga_id)
-    shown = next((r for r in sagacity.pending(stored.saga_id) if r.request_id == request_id), None)
-    if shown is None:
-        raise Refusal(404, f"no pending approval request {request_id!r}", heading="Not found")
-    item = next((i for i in items if i.item_id == request_id), None)
-    flow = None
-    if item is not None and item.kind == "gate":
-        flow = run_flow(sagacity, shown.saga_id, gate_stage=item.stage)
-    return shown, entries, items, flow
-
-
-class _NoLongerWaiting(Exception):
-    """A request the journal asked, and that was decided, used or closed since."""
-
-    def __init__(self, message: str, saga_id: str, saga_status: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.saga_id = saga_id
-        self.saga_status = saga_status
-
-
-def _raise_if_used(sagacity: Sagacity, request_id: str) -> None:
-    """Raise `_NoLongerWaiting` saying how a request the journal asked was settled.
-
-    A bookmarked request page outlives its request (deleted once it is used, rejected or
-    edited): the journal still has its AWAITING_APPROVAL, found by a scan of the journal
-    (only on this path, for an id the store does not hold).
-    """
-    asked = next(
-        (
-            entry
-            for entry in iter_entries(sagacity.journal)
-            if entry.phase is Phase.AWAITING_APPROVAL
-            and payload_of(entry).get("request_id") == request_id
-        ),
-        None,
-    )
-    if asked is None:
-        return
-    entries = sagacity.history(asked.saga_id)
-    what: list[str] = []
-    for entry in entries:
-        payload = payload_of(entry)
-        if entry.ref_seq == asked.seq and entry.phase is Phase.APPROVED:
-            what.append(f"approved by {payload.get('approver')} at {entry.recorded_at}")
-        elif entry.ref_seq == asked.seq and entry.phase is Phase.REJECTED:
-            by = payload.get("rejected_by") or payload.get("approver") or payload.get("by")
-            why = payload.get("reason")
-            what.append(f"rejected by {by} at {entry.recorded_at}" + (f": {why}" if why else ""))
-        elif entry.phase is Phase.INTENT and payload.get("request_id") == request_id:
-            ran = next((e for e in entries if e.ref_seq == entry.seq), None)
-            outcome = "no outcome yet" if ran is None else ran.phase.value
-            what.append(f"its call ran at seq {entry.seq} ({outcome})")
-    summary = summary_of(asked.saga_id, entries)
-    message = (
-        f"Request {request_id} for {asked.tool_name} (saga {asked.saga_id}) is no longer "
-        "waiting for a decision" + (": " + "; ".join(what) if what else "") + "."
-    )
-    raise _NoLongerWaiting(message, asked.saga_id, summary.status)
-
-
-def _saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
-    if not saga_id:
-        raise Refusal(422, "name a saga: ?id=<saga id>", heading="Which saga?")
-    require_id(saga_id, "saga id (?id=)")
-    policy = sagacity.approval.policy
-    report = verify(
-        sagacity.journal,
-        saga_id,
-        approval_public_keys=policy.public_keys.values() if policy.require_signed else (),
-    )
-    try:
-        entries = sagacity.history(saga_id)
-    except JournalError as error:
-        entries = []
-        read_error: str | None = str(error)
-    else:
-        read_error = None
-    if not entries and read_error is None:
-        raise Refusal(404, f"saga {saga_id!r} has no journal entries", heading="Not found")
-    items = inbox_items(sagacity, saga_id)
-    summary = summary_of(saga_id, entries) if entries else None
-    status = summary.status if summary is not None else "UNREADABLE"
-    worker = None
-    if summary is not None:
-        worker = workers_of(sagacity.journal, [summary], sagacity.now()).get(saga_id)
-    doubts = list(iter_doubts(sagacity.journal, saga_id=saga_id)) if entries else []
-    return {
-        "saga_id": saga_id,
-        "outcome": status,
-        "worker": _worker_text(worker),
-        "stalled": summary is not None and is_stalled(summary, worker),
-        "verified": report.ok,
-        "problem": report.problems[0] if report.problems else None,
-        "entry_count": report.entries,
-        "started_by": summary.started_by if summary is not None else None,
-        "pending": [
-            {
-                "url": base + item.url,
-                "title": item.title,
-                "state": item.state,
-                "approvals": item.approvals,
-                "approvers_required": item.approvers_required,
-            }
-            for item in items
-        ],
-        "doubts": doubts,
-        "can_compensate": status != "COMPLETED" and bool(entries),
-        "timeline": timeline(entries, policy=sagacity.approval.policy),
-        "error": read_error,
-        "events": f"saga={quote(saga_id, safe='')}&v={inbox_version(items, entries)}",
-    }
-
-
-async def _changes(
-    request: Request,
-    sagacity: Sagacity,
-    saga_id: str | None,
-    seen: str,
-    interval: float,
-    signed_in: Callable[[], bool],
-) -> AsyncIterator[str]:
-    """Server-sent events: `changed` whenever what the page was rendered from changed.
-
-    It looks at the stores every `interval` seconds, so it sees requests asked and
-    decisions made by other processes too; a comment line every 15 s keeps proxies from
-    closing an idle stream. The stream ends with its session (sign-out, expiry).
-    """
-
-    def version() -> str:
-        items = inbox_items(sagacity, saga_id)
-        entries = sagacity.history(saga_id) if saga_id else None
-        return inbox_version(items, entries)
-
-    idle = 0.0
-    yield "retry: 5000\n\n"
-    while signed_in() and not await request.is_disconnected():
-        try:
-            current = await run_in_threadpool(version)
-        except SagacityError:
-            current = seen  # a store that cannot be read now is tried again next time
-        if current != seen:
-            seen = current
-            yield f"event: changed\ndata: {current}\n\n"
-        idle += interval
-        if idle >= 15:
-            idle = 0.0
-            yield ": still here\n\n"
-        await asyncio.sleep(interval)
