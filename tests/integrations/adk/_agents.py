@@ -253,9 +253,11 @@ class Desk:
             session_service=self.sessions,
         )
 
-    async def new_session(self) -> str:
-        """Create a session; return its id."""
-        session = await self.sessions.create_session(app_name=APP, user_id=USER)
+    async def new_session(self, session_id: str | None = None) -> str:
+        """Create a session (of that id, if given); return its id."""
+        session = await self.sessions.create_session(
+            app_name=APP, user_id=USER, session_id=session_id
+        )
         return session.id
 
     async def session(self, session_id: str) -> Session:

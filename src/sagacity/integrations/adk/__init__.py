@@ -29,6 +29,7 @@ from sagacity.integrations.adk._confirm import (
     confirmation_message,
     confirmation_requests,
 )
+from sagacity.integrations.adk._resumer import RESUMER, AdkResumer
 from sagacity.integrations.adk._tools import (
     CONFIRMATION_SOURCE,
     as_function_tool,
@@ -38,6 +39,8 @@ from sagacity.integrations.adk._tools import (
 __all__ = [
     "CONFIRMATION_SOURCE",
     "REQUEST_CONFIRMATION",
+    "RESUMER",
+    "AdkResumer",
     "as_function_tool",
     "confirmation_message",
     "confirmation_requests",

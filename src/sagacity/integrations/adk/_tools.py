@@ -29,9 +29,10 @@ from google.adk.agents.context import Context
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
-from sagacity.adapter import FinishedThenCancelled, finished_off_loop
+from sagacity.adapter import FinishedThenCancelled, current_scope, finished_off_loop, pausing_as
 from sagacity.annotations import Reversibility
-from sagacity.errors import ApprovalError, ConfigurationError
+from sagacity.errors import ApprovalError, ConfigurationError, NoSagaError
+from sagacity.integrations.adk._resumer import RESUMER
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
@@ -159,7 +160,8 @@ class _ConfirmationPolicy:
 
         The first time a call is seen this journals AWAITING_APPROVAL and stores the
         request. A `ToolConfirmation` with `confirmed=False` is journaled REJECTED, and
-        answers True: ADK then tells the model the call was rejected.
+        answers True: ADK then tells the model the call was rejected. Outside a saga the
+        answer is True: should a confirmation let the call run, it raises `NoSagaError`.
 
         Raises:
             ApprovalError: A check refused the call (another tool or input under an
@@ -176,6 +178,8 @@ class _ConfirmationPolicy:
             call_args = {k: v for k, v in kwargs.items() if k != self.context_name}
         confirmation = getattr(context, "tool_confirmation", None)
         if confirmation is not None and not confirmation.confirmed:
+            if current_scope() is None:
+                return True  # a "no" given after the saga ended (a worker's): nothing to journal
             # Decided meanwhile (rejected, or run), it is not declined: ADK does not run it.
             with contextlib.suppress(ApprovalError):
                 await self.tool.adecline(
@@ -186,7 +190,13 @@ class _ConfirmationPolicy:
                     reason=_reason(confirmation.payload),
                 )
             return True
-        waiting = await self.tool.apending_approval(args, call_args, call_id=call_id)
+        try:
+            with pausing_as(RESUMER):
+                waiting = await self.tool.apending_approval(args, call_args, call_id=call_id)
+        except NoSagaError:
+            # Outside a saga ADK holds the call for confirmation; should a confirmation
+            # let it run, the call raises NoSagaError itself.
+            return True
         return waiting is not None
 
 
