@@ -37,6 +37,8 @@ class TestExportedMembers:
             "SagacityWarning",
             # Operations: a read that creates nothing, signed checkpoints:
             "CheckpointError", "DatabaseNotFoundError",
+            # In-doubt calls reconcile themselves:
+            "Evidence", "ReconcileContext", "ReconcileSubject", "Reconciled", "Verdict",
             # Closing the loop: decisions and the worker that resumes them:
             "Decision", "DecisionOutcome", "Resumer", "Worker",
         }  # fmt: skip

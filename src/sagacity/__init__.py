@@ -8,6 +8,7 @@ approval of their exact input. One `Sagacity.wrap()` call; delete it to remove s
 from __future__ import annotations
 
 from sagacity._decisions import Decision, DecisionOutcome, Resumer
+from sagacity._reconcile import Evidence, ReconcileContext, Reconciled, ReconcileSubject, Verdict
 from sagacity._scope import CurrentCall, current_call
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.approval import (
@@ -95,6 +96,7 @@ __all__ = [
     "DatabaseNotFoundError",
     "Decision",
     "DecisionOutcome",
+    "Evidence",
     "FailureKind",
     "InDoubtError",
     "InMemoryApprovalStore",
@@ -106,6 +108,9 @@ __all__ = [
     "NestedSagaError",
     "NoSagaError",
     "Phase",
+    "ReconcileContext",
+    "ReconcileSubject",
+    "Reconciled",
     "ReplayMismatchError",
     "Resumer",
     "Reversibility",
@@ -125,6 +130,7 @@ __all__ = [
     "SideEffectJournal",
     "SqliteApprovalStore",
     "SqliteJournal",
+    "Verdict",
     "VerificationReport",
     "Worker",
     "compensable",

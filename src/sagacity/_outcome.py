@@ -15,8 +15,10 @@ from typing import Any
 from sagacity import _telemetry
 from sagacity._classify import error_json
 from sagacity._history import SagaHistory
+from sagacity._reconciling import Reconciling
 from sagacity._scope import SagaScope
 from sagacity.approval import ApprovalLifecycle, ApprovalRequest
+from sagacity.approval._check import journaled_request
 from sagacity.compensation import CallRef, CompensationReport, CompensationRunner
 from sagacity.errors import (
     AppendConflictError,
@@ -28,7 +30,7 @@ from sagacity.errors import (
     SagacityError,
     SagaStateError,
 )
-from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, to_json
+from sagacity.journal import Phase, SideEffectJournal
 
 __all__ = ["SagaEnding", "SagaOutcome", "SagaResult"]
 
@@ -106,77 +108,83 @@ class SagaEnding:
         journal: SideEffectJournal,
         approval: ApprovalLifecycle,
         runner: CompensationRunner,
+        reconciling: Reconciling,
     ) -> None:
         self._journal = journal
         self._approval = approval
         self._runner = runner
+        self._reconciling = reconciling
 
-    def resolve(
-        self,
-        history: SagaHistory,
-        call_id: str,
-        *,
-        executed: bool,
-        result: Any,
-        by: str,
-        reason: str | None = None,
-    ) -> JournalEntry:
-        """Journal a human's finding on a call in doubt: it ran (with `result`) or not.
+    def walk(
+        self, history: SagaHistory, *, ran_here: bool = False, asked: set[int] | None = None
+    ) -> CompensationReport:
+        """The compensation walk, its doubts first put to their reconcilers.
 
-        The finding is about the call, not one attempt: a call the framework retried under
-        one id, several attempts in doubt, is settled whole. It ran: its latest attempt
-        is EXECUTED (which answers the earlier ones). It did not: each attempt in doubt
-        is FAILED `not_run`. Returns the last entry journaled.
+        Doubts the walk itself leaves (a compensation that timed out) are put to them
+        after it, and the walk runs again if one was settled. Each doubt is asked once.
         """
-        saga_id = history.saga_id
-        call = history.latest_call.get(call_id)
-        if call is None or not history.may_have_run(call):
-            raise SagaStateError(
-                f"saga {saga_id!r}: call {call_id!r} is not in doubt; only a call whose outcome "
-                "is unknown can be resolved"
-            )
-        if executed:
-            payload: Any = {
-                "result": to_json(result, where=f"saga {saga_id!r} call {call_id!r} result"),
-                "resolved_by": by,
-            }
-            if reason is not None:
-                payload["reason"] = reason
-            return history.append(
-                self._journal,
-                Phase.EXECUTED,
-                tool_name=call.intent.tool_name,
-                call_id=call_id,
-                ref_seq=call.intent.seq,
-                payload=payload,
-            )
-        attempts = sorted(
-            (c for c in history.calls.values() if c.intent.call_id == call_id),
-            key=lambda c: c.intent.seq,
-        )
-        in_doubt = [c for c in attempts if history.may_have_run(c)]
-        not_run: dict[str, JsonValue] = {"kind": "not_run", "error": None, "resolved_by": by}
-        if reason is not None:
-            not_run["reason"] = reason
-        entry = None
-        for attempt in in_doubt:
-            entry = history.append(
-                self._journal,
-                Phase.FAILED,
-                tool_name=attempt.intent.tool_name,
-                call_id=call_id,
-                ref_seq=attempt.intent.seq,
-                payload=not_run,
-            )
-        assert entry is not None  # the latest attempt is in doubt
-        return entry
+        asked = set() if asked is None else asked
+        self._reconciling.settle(history, walking=True, asked=asked)
+        report = self._runner.run(history, ran_here=ran_here)
+        if report.in_doubt and self._reconciling.settle(history, walking=True, asked=asked):
+            report = self._runner.run(history, ran_here=ran_here)
+        return report
+
+    async def awalk(
+        self, history: SagaHistory, *, ran_here: bool = False, asked: set[int] | None = None
+    ) -> CompensationReport:
+        """`walk` from async code: async reconcilers and compensations are awaited."""
+        asked = set() if asked is None else asked
+        await self._reconciling.asettle(history, walking=True, asked=asked)
+        report = await self._runner.arun(history, ran_here=ran_here)
+        if report.in_doubt and await self._reconciling.asettle(history, walking=True, asked=asked):
+            report = await self._runner.arun(history, ran_here=ran_here)
+        return report
+
+    def _relieved(self, scope: SagaScope, error: Exception | None) -> bool:
+        """After reconciling: whether the run's only failure was an approved call that did not land.
+
+        Then nothing failed: the call counts as not started, its approval stands (its
+        request is stored again if its failure consumed it) and the saga waits to be
+        resumed instead of being compensated.
+        """
+        history = scope.history
+        if (
+            history.has_failed_call()
+            or scope.refusal is not None
+            or (error is not None and error is not scope.error)
+            or history.unanswered_retries()
+        ):
+            return False
+        reopened = [
+            awaiting
+            for awaiting in history.open_requests()
+            if awaiting.call_id is not None
+            and (call := history.latest_call.get(awaiting.call_id)) is not None
+            and call.did_not_run
+            and call.intent.seq > awaiting.seq
+        ]
+        if not reopened:
+            return False
+        for awaiting in reopened:
+            request = journaled_request(history.saga_id, awaiting)
+            if self._approval.store.get(request.request_id) is None:
+                self._approval.store.save(request)
+        scope.failed = False
+        scope.error = None
+        return True
 
     def finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run whose work returned `value` or raised `error`."""
         if self._failed(scope, error):
             scope.refresh()
             _refuse_if_ended(scope)
-            report = self._runner.run(scope.history, ran_here=True)
+            asked: set[int] = set()
+            if self._reconciling.settle(
+                scope.history, walking=True, asked=asked
+            ) and self._relieved(scope, error):
+                return self._settle(scope, value, None)
+            report = self.walk(scope.history, ran_here=True, asked=asked)
             return self.compensated(scope.history, report, value=value, error=error or scope.error)
         return self._settle(scope, value, error)
 
@@ -185,7 +193,12 @@ class SagaEnding:
         if self._failed(scope, error):
             await scope.gate(scope.refresh)  # a read of the journal: off the loop
             _refuse_if_ended(scope)
-            report = await self._runner.arun(scope.history, ran_here=True)
+            asked: set[int] = set()
+            if await self._reconciling.asettle(
+                scope.history, walking=True, asked=asked
+            ) and await asyncio.to_thread(self._relieved, scope, error):
+                return await asyncio.to_thread(self._settle, scope, value, None)
+            report = await self.awalk(scope.history, ran_here=True, asked=asked)
             return await asyncio.to_thread(
                 self.compensated, scope.history, report, value=value, error=error or scope.error
             )

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sagacity._owner import SagaOwner
+from sagacity._reconcile import Reconciler, ReconcilerRegistry
+from sagacity._reconcile import resolve_reconcilers as _resolve_reconcilers
 from sagacity.annotations import (
     Retry,
     Reversibility,
@@ -38,6 +40,8 @@ class DeclaredTool:
     reversibility: Reversibility
     compensation: Compensation | None
     retry: Retry | None
+    reconcilers: tuple[Reconciler, ...] = ()
+    """Its reconcilers: of the call, of the compensation, or both."""
 
 
 def wrap_sources(
@@ -46,8 +50,11 @@ def wrap_sources(
     *,
     known: dict[str, SagaTool],
     registry: CompensationRegistry,
+    reconcilers: ReconcilerRegistry | None = None,
 ) -> list[SagaTool]:
     """Wrap what `Sagacity.wrap` is given; record the new tools in `known` and `registry`.
+
+    Their reconcilers go in `reconcilers`.
 
     A `SagaTool` that `owner` already made is returned as it is, in its place.
     """
@@ -102,6 +109,10 @@ def wrap_sources(
             )
             if declared.compensation is not None:
                 registry.register(declared.compensation)
+            if reconcilers is not None:
+                reconcilers.drop(declared.name)
+                for reconciler in declared.reconcilers:
+                    reconcilers.register(reconciler)
             known[declared.name] = tool
             tools.append(tool)
     return tools
@@ -153,7 +164,17 @@ def _object_tools(source: object) -> list[DeclaredTool]:
             lookup=lambda name: getattr(source, name, None),
             where=f"class {owner}",
         )
-        found.append(_declared(declaration, method, compensation, where=f"class {owner}"))
+        reconcilers = _resolve_reconcilers(
+            declaration,
+            method,
+            lookup=lambda name: getattr(source, name, None),
+            where=f"class {owner}",
+        )
+        found.append(
+            _declared(
+                declaration, method, compensation, where=f"class {owner}", reconcilers=reconcilers
+            )
+        )
     if not found:
         raise ConfigurationError(
             f"{owner} has no @compensable methods; decorate its tools, or pass functions"
@@ -182,7 +203,10 @@ def _function_tool(func: Callable[..., Any]) -> DeclaredTool:
         lookup=lambda name: getattr(owner, name, None),
         where=where,
     )
-    return _declared(declaration, func, compensation, where=where)
+    reconcilers = _resolve_reconcilers(
+        declaration, func, lookup=lambda name: getattr(owner, name, None), where=where
+    )
+    return _declared(declaration, func, compensation, where=where, reconcilers=reconcilers)
 
 
 def _declared(
@@ -191,6 +215,7 @@ def _declared(
     compensation: Compensation | None,
     *,
     where: str,
+    reconcilers: tuple[Reconciler, ...] = (),
 ) -> DeclaredTool:
     name = declaration.name or func.__name__
     if not _TOOL_NAME.fullmatch(name):
@@ -222,6 +247,7 @@ def _declared(
         reversibility=declaration.reversibility,
         compensation=compensation,
         retry=declaration.retry,
+        reconcilers=tuple(dataclasses.replace(r, tool_name=name) for r in reconcilers),
     )
 
 

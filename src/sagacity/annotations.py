@@ -74,6 +74,13 @@ class ToolDeclaration:
     """Seconds the walk waits for its compensation; None: no bound."""
     approvers: int = 1
     """How many different principals must approve an IRREVERSIBLE call before it runs."""
+    reconcile: str | Callable[..., Any] | None = None
+    """Asks the world whether a call in doubt took effect: a method or function name, or
+    the callable itself (see `sagacity.Reconciled`); None: a human settles its doubts."""
+    reconcile_compensation: str | Callable[..., Any] | None = None
+    """The same for the tool's compensation in doubt."""
+    reconcile_timeout: float = 30.0
+    """Seconds a reconciler may take before its doubt is left to a human."""
 
 
 @overload
@@ -93,6 +100,9 @@ def compensable(
     compensation_idempotent: bool = False,
     compensation_timeout: float | None = None,
     approvers: int = 1,
+    reconcile: str | Callable[..., Any] | None = None,
+    reconcile_compensation: str | Callable[..., Any] | None = None,
+    reconcile_timeout: float = 30.0,
 ) -> Callable[[F], F]: ...
 
 
@@ -110,6 +120,9 @@ def compensable(
     compensation_idempotent: bool = False,
     compensation_timeout: float | None = None,
     approvers: int = 1,
+    reconcile: str | Callable[..., Any] | None = None,
+    reconcile_compensation: str | Callable[..., Any] | None = None,
+    reconcile_timeout: float = 30.0,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -139,6 +152,16 @@ def compensable(
             a call's exact input before it runs (none of them the saga's starter). A
             whole number from 1; more than 1 on a tool that is not IRREVERSIBLE is a
             `ConfigurationError` at wrap time (it never waits for approval).
+        reconcile: How to find out whether a call in doubt took effect: the name of a
+            method of the same class (or a function of the same module), or the callable
+            itself, taking one `ReconcileContext` and returning a `Reconciled` (sync or
+            async). Asked before a human is, wherever a doubt is found (the end of a failed
+            run, `compensate`, `resume_saga`); it must only read, never act. Checked at
+            wrap time like `by`.
+        reconcile_compensation: The same for the tool's compensation in doubt (it may be
+            the same reconciler as `reconcile`: `ctx.subject` says which is asked about).
+        reconcile_timeout: Seconds a reconciler may take; past them its doubt is left to a
+            human, with the timeout journaled.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -159,6 +182,9 @@ def compensable(
         compensation_idempotent=compensation_idempotent,
         compensation_timeout=compensation_timeout,
         approvers=approvers,
+        reconcile=reconcile,
+        reconcile_compensation=reconcile_compensation,
+        reconcile_timeout=reconcile_timeout,
     )
 
     def declare(target: F) -> F:

@@ -19,8 +19,11 @@ from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
 from sagacity._leasing import LeaseKeeper
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
+from sagacity._reconcile import ReconcilerRegistry
+from sagacity._reconciling import Reconciling
 from sagacity._saga_run import arun_in, run_coroutine, run_in
 from sagacity._scope import SagaScope, current_scope
+from sagacity._settling import DoubtSettling
 from sagacity._stored_call import rebuilt_arguments, wrapped_tool
 from sagacity._wrap import wrap_sources
 from sagacity.approval import (
@@ -53,7 +56,7 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Sagacity(ApprovalDecisions):
+class Sagacity(ApprovalDecisions, DoubtSettling):
     """Journals tool calls, compensates failed sagas and gates IRREVERSIBLE calls.
 
     Args:
@@ -138,7 +141,8 @@ class Sagacity(ApprovalDecisions):
         """The approval lifecycle: ask, decide, check, consume."""
         self._registry = CompensationRegistry()
         self._runner = CompensationRunner(journal, self._registry)
-        self._ending = SagaEnding(journal, self.approval, self._runner)
+        self._reconciling = Reconciling(journal, ReconcilerRegistry())
+        self._ending = SagaEnding(journal, self.approval, self._runner, self._reconciling)
         self._tools: dict[str, SagaTool] = {}
         self._classifiers: list[ExceptionClassifier] = []
 
@@ -177,7 +181,13 @@ class Sagacity(ApprovalDecisions):
         `ConfigurationError`. A `SagaTool` this Sagacity already made is returned as it
         is, in its place, so adapters take both.
         """
-        tools = wrap_sources(self, sources, known=self._tools, registry=self._registry)
+        tools = wrap_sources(
+            self,
+            sources,
+            known=self._tools,
+            registry=self._registry,
+            reconcilers=self._reconciling.registry,
+        )
         self.approval.declare(tools)
         return tools
 
@@ -235,7 +245,11 @@ class Sagacity(ApprovalDecisions):
             history = keeper.empty_history or SagaHistory.of(
                 saga_id, await entries_async(self.journal, saga_id)
             )
-            opening = partial(self._open, saga_id, keeper, started_by=started_by, history=history)
+            if history.entries and self._reconciling.registry:  # a saga run again: its doubts
+                await self._reconciling.asettle(history, walking=False)
+            opening = partial(
+                self._open, saga_id, keeper, started_by=started_by, history=history, settled=True
+            )
             # With a request open, the store is read too: on a worker thread.
             scope = await asyncio.to_thread(opening) if history.open_requests() else opening()
             return await self._ending.afinish(scope, *await arun_in(scope, work))
@@ -255,54 +269,16 @@ class Sagacity(ApprovalDecisions):
         """
         with self._leased(saga_id) as keeper:
             history = keeper.hold(self._compensable_history(saga_id))
-            report = self._runner.run(history)
+            report = self._ending.walk(history)
             return self._ending.compensated(history, report, value=None, error=None)
 
     async def acompensate(self, saga_id: str) -> SagaResult:
         """Run the compensation walk from async code (see `compensate`)."""
         async with self._leased(saga_id) as keeper:
             history = keeper.hold(await asyncio.to_thread(self._compensable_history, saga_id))
-            report = await self._runner.arun(history)
+            report = await self._ending.awalk(history)
             return await asyncio.to_thread(
                 self._ending.compensated, history, report, value=None, error=None
-            )
-
-    def resolve(
-        self,
-        saga_id: str,
-        call_id: str,
-        *,
-        executed: bool,
-        result: Any = None,
-        by: str,
-        reason: str | None = None,
-    ) -> JournalEntry:
-        """Record a human's finding on an in-doubt call: it ran (with `result`) or not.
-
-        A call resolved as executed is compensated by the next `compensate`, which then
-        ends the saga COMPENSATED once nothing else is in doubt. `reason`, how they found
-        out, is journaled with the finding when given.
-        """
-        require_name(by, "by")
-        require_id(call_id, f"saga {saga_id!r}: call id")
-        with self._leased(saga_id) as keeper:
-            history = keeper.hold(self._history(saga_id, must_exist=True))
-            return self._ending.resolve(
-                history, call_id, executed=executed, result=result, by=by, reason=reason
-            )
-
-    def resolve_compensation(
-        self, saga_id: str, call_id: str, *, compensated: bool, by: str, reason: str | None = None
-    ) -> JournalEntry:
-        """Settle a compensation in doubt: it took effect, or the next walk runs it again.
-
-        `reason`, how they found out, is journaled with the finding when given.
-        """
-        require_id(call_id, f"saga {saga_id!r}: call id")
-        with self._leased(saga_id) as keeper:
-            history = keeper.hold(self._history(saga_id, must_exist=True))
-            return self._runner.resolve(
-                history, call_id, compensated=compensated, by=by, reason=reason
             )
 
     @contextlib.contextmanager
@@ -354,7 +330,7 @@ class Sagacity(ApprovalDecisions):
             history = self.approval.reject(
                 saga_id, approver=approver, reason=reason, request_id=request_id, keeper=keeper
             )
-            report = self._runner.run(history)
+            report = self._ending.walk(history)
             return self._ending.compensated(history, report, value=None, error=None)
 
     def resume_saga(
@@ -378,6 +354,7 @@ class Sagacity(ApprovalDecisions):
                 `ApprovalAlreadyUsedError`.
             SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
+        self._reconcile_before(saga_id)
         if work is None:
             call, tool, kwargs = self._stored_call(saga_id, request_id)
             if tool.is_async:
@@ -402,6 +379,7 @@ class Sagacity(ApprovalDecisions):
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
+        await self._areconcile_before(saga_id)
         if work is None:
             call, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
 
@@ -468,9 +446,16 @@ class Sagacity(ApprovalDecisions):
         resuming: bool = False,
         started_by: str | None = None,
         history: SagaHistory | None = None,
+        settled: bool = False,
     ) -> SagaScope:
-        """Open saga `saga_id` under `keeper`'s lease, from `history` (else read now)."""
+        """Open saga `saga_id` under `keeper`'s lease, from `history` (else read now).
+
+        A saga run again (not resumed: `resume_saga` reconciles first) has its doubts put
+        to their reconcilers unless `settled`.
+        """
         history = keeper.hold(history or keeper.empty_history or self._history(saga_id))
+        if not (resuming or settled) and history.entries and self._reconciling.registry:
+            self._reconciling.settle(history, walking=False)
         if history.ended is not None:
             if resuming:
                 explain_unusable(history, None)  # a worker that lost the race: say why

@@ -20,13 +20,11 @@ import dataclasses
 from collections.abc import Iterator
 
 from sagacity import _telemetry
-from sagacity._history import NOT_RUN, SagaHistory, payload_of
-from sagacity._ids import require_name
+from sagacity._history import SagaHistory, payload_of
 from sagacity.compensation._calling import run_async, run_sync
 from sagacity.compensation._context import CallRef, CompensationContext, CompensationReport
 from sagacity.compensation._registry import Compensation, CompensationRegistry
-from sagacity.compensation._report import compensation_in_doubt, outcome_seq, ref, report
-from sagacity.errors import SagaStateError
+from sagacity.compensation._report import outcome_seq, ref, report
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
 
 __all__ = ["Compensation", "CompensationRegistry", "CompensationRunner"]
@@ -120,54 +118,6 @@ class CompensationRunner:
             missing.tool_name,
             missing.call_id,
             len(plan.waiting),
-        )
-
-    def resolve(
-        self,
-        history: SagaHistory,
-        call_id: str,
-        *,
-        compensated: bool,
-        by: str,
-        reason: str | None = None,
-    ) -> JournalEntry:
-        """Journal a human's finding on a compensation in doubt: it took effect or not.
-
-        COMPENSATED with `resolved_by`, or COMPENSATION_FAILED of kind `not_run`, which the
-        next walk runs again.
-
-        Raises:
-            SagaStateError: No compensation of the call is in doubt.
-        """
-        require_name(by, "by")
-        call = next(
-            (
-                c
-                for c in history.calls.values()
-                if c.intent.call_id == call_id and c.executed and compensation_in_doubt(c)
-            ),
-            None,
-        )
-        if call is None or call.outcome is None:
-            raise SagaStateError(
-                f"saga {history.saga_id!r}: no compensation of call {call_id!r} is in doubt; "
-                "only a compensation that started with its outcome unknown can be resolved"
-            )
-        executed = call.outcome
-        payload: dict[str, JsonValue] = {"resolved_by": by}
-        phase = Phase.COMPENSATED
-        if not compensated:
-            phase = Phase.COMPENSATION_FAILED
-            payload = {"kind": NOT_RUN, "error": None, "resolved_by": by}
-        if reason is not None:
-            payload["reason"] = reason
-        return history.append(
-            self._journal,
-            phase,
-            tool_name=executed.tool_name,
-            call_id=executed.call_id,
-            ref_seq=executed.seq,
-            payload=payload,
         )
 
     def _begin(self, history: SagaHistory, step: _Step) -> None:

@@ -60,6 +60,12 @@ class Phase(enum.Enum):
     """Another worker took the saga over when its holder's lease had expired unreleased;
     `payload["owner"]` names the new holder. Journaled with the lease it took, in one
     commit: whatever the former holder appended is before it, and nothing after."""
+    RECONCILED = "RECONCILED"
+    """A reconciler's verdict on a call (`ref_seq`: its INTENT) or a compensation
+    (`ref_seq`: the EXECUTED it undoes) in doubt: `payload["verdict"]` is `landed`,
+    `did_not_land` or `unknown`, with the evidence and `payload["decided_by"]`. A verdict
+    that settles the doubt is followed by the EXECUTED, FAILED, COMPENSATED or
+    COMPENSATION_FAILED it implies (docs/journal-format.md)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
