@@ -1,8 +1,8 @@
 """ADK's own `execute_tool` span is the call's only span: sagacity enriches it.
 
-ADK opens an `execute_tool {tool}` span around every tool call (on the global tracer
-provider); sagacity, instrumented, puts its `sagacity.*` attributes on that span instead
-of starting a second one, so a tracing backend counts each call once.
+ADK opens an `execute_tool {tool}` span around every tool call; sagacity, instrumented,
+puts its `sagacity.*` attributes on that span instead of starting a second one, so a
+tracing backend counts each call once.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from opentelemetry import trace
+from google.adk.telemetry import tracing as adk_tracing
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -22,33 +22,26 @@ from sagacity.integrations.adk import function_tools
 from sagacity.observability import instrument, uninstrument
 from tests.integrations.adk._agents import Desk, Orders, SwallowErrors, scripted
 
-_EXPORTER = InMemorySpanExporter()
-"""Receives the global provider's spans, ADK's among them, for every test of this module."""
-
 
 @pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    """The global tracer provider's finished spans, with sagacity instrumented on it.
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """Finished spans of ADK and sagacity, both on one tracer provider of the test's own.
 
-    The global provider can be set once per process: another test may have set it, so
-    the exporter is added to whichever provider is global, once.
+    ADK takes its tracer from `google.adk.telemetry.tracing.tracer` at each call: the
+    test gives it one of its own provider, leaving the process's global provider alone.
     """
-    provider = trace.get_tracer_provider()
-    if not isinstance(provider, TracerProvider):
-        provider = TracerProvider()
-        trace.set_tracer_provider(provider)
-    if not getattr(provider, "_sagacity_adk_exporter", False):
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        provider._sagacity_adk_exporter = True  # type: ignore[attr-defined]
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(adk_tracing, "tracer", provider.get_tracer("gcp.vertex.agent"))
     meters = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    _EXPORTER.clear()
-    instrument(meter_provider=meters)
+    instrument(tracer_provider=provider, meter_provider=meters)
     try:
-        yield _EXPORTER
+        yield exporter
     finally:
         uninstrument()
         meters.shutdown()
-        _EXPORTER.clear()
+        provider.shutdown()
 
 
 def execute_tool_spans(finished: list[ReadableSpan], tool: str) -> list[ReadableSpan]:
