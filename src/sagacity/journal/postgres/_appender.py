@@ -104,6 +104,9 @@ class Appender:
         self._prepared_insert = PreparedSql.of(self._sql_insert)
         self._prepared_insert_fenced = PreparedSql.of(self._sql_insert_fenced)
         self.sql_insert_bulk = bulk_insert_sql(table, COLUMNS)  # see _batch.py
+        self.sql_insert_bulk_text = self.sql_insert_bulk.replace(b"%b", b"%s")
+        """The same, its arrays sent as text literals by a prepared statement."""
+        self.prepared_insert_bulk = PreparedSql.of(self.sql_insert_bulk_text)
         function = self.db.tables.prefix + "sagacity_append_locked"
         self._sql_append_locked = (
             f"SELECT seq, prev_hash, hash, lost FROM {function}"

@@ -36,7 +36,6 @@ from sagacity.journal._group import (
     RECORDS_AN_OUTCOME,
     AppendRequest,
     AppendWithdrawn,
-    GroupCommit,
     Slots,
     committed,
     kept,
@@ -47,6 +46,7 @@ from sagacity.journal.postgres._batch import Batch
 from sagacity.journal.postgres._connections import AsyncLease, IdleConnections
 from sagacity.journal.postgres._leases import LeaseStatements, LeaseTake, Taken
 from sagacity.journal.postgres._steps import Steps, arun_steps
+from sagacity.journal.postgres._threads import ThreadGroup
 
 __all__ = ["FRESH_COMMITS", "LoopWriter"]
 
@@ -92,7 +92,7 @@ class LoopWriter:
     def __init__(
         self,
         appender: Appender,
-        group: GroupCommit,
+        group: ThreadGroup,
         leases: LeaseStatements,
         idle: IdleConnections,
     ) -> None:
@@ -379,7 +379,7 @@ class LoopWriter:
                 lease = await self._checkout(time.monotonic() + self._db.settings.timeout)
                 try:
                     sent = True
-                    await arun_steps(lease.cursor, batch.insert())
+                    await arun_steps(lease.cursor, batch.insert(), lease.prepared)
                     batch.written()
                 finally:
                     self._checkin(lease)

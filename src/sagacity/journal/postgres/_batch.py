@@ -70,7 +70,7 @@ def append_batch(
             lease = db.checkout(time.monotonic() + db.settings.timeout)
             try:
                 sent = True
-                run_steps(lease.cursor, batch.insert())
+                run_steps(lease.cursor, batch.insert(), lease.prepared)
                 batch.written()
             finally:
                 db.checkin(lease)
@@ -106,12 +106,21 @@ class Batch:
             self.sealed, self._alone = _seal(appender, self._appends)
 
     def insert(self) -> Steps[None]:
-        """Write the sealed rows in one statement, which writes all of them or none."""
-        columns: list[list[object]] = [[] for _ in range(10)]
-        for item in self.sealed:
-            for column, value in zip(columns, row_of(item.entry, item.payload_bytes), strict=True):
-                column.append(value)
-        yield Statement(self._appender.sql_insert_bulk, columns, NOTHING)
+        """Write the sealed rows in one statement, which writes all of them or none.
+
+        Sent as a prepared statement whose ten parameters are array literals, in text
+        (`_array_literal`): psycopg's cursor adapts a list element by element in Python,
+        several times the cost. A value a text parameter cannot carry (a NUL) sends the
+        statement through the cursor, which refuses it as it always did.
+        """
+        appender = self._appender
+        rows = [row_of(item.entry, item.payload_bytes) for item in self.sealed]
+        yield Statement(
+            appender.sql_insert_bulk_text,
+            tuple(_array_literal(column) for column in zip(*rows, strict=True)),
+            NOTHING,
+            appender.prepared_insert_bulk,
+        )
 
     def written(self) -> None:
         """The statement committed: settle its appends."""
@@ -194,6 +203,26 @@ def _seal(appender: Appender, appends: list[Append]) -> tuple[list[_Sealed], lis
         heads[saga_id] = (entry.seq, entry.hash, None if entry.phase is Phase.ENDED else known[2])
         sealed.append(_Sealed(index, append, entry, payload_bytes))
     return sealed, alone
+
+
+def _array_literal(values: Sequence[object]) -> str:
+    """A PostgreSQL array literal of `values` (str, int or None), every string quoted.
+
+    Inside double quotes only a backslash and a double quote need escaping (with a
+    backslash); braces, commas, spaces and the word NULL are then plain text.
+    """
+    items = []
+    for value in values:
+        if value is None:
+            items.append("NULL")
+        elif type(value) is int:
+            items.append(str(value))
+        else:
+            text = str(value)
+            if "\\" in text or '"' in text:
+                text = text.replace("\\", "\\\\").replace('"', '\\"')
+            items.append(f'"{text}"')
+    return "{" + ",".join(items) + "}"
 
 
 def _names(requests: Sequence[AppendRequest]) -> str:

@@ -1,6 +1,6 @@
 """The PostgreSQL journal: a total order per saga, under any number of workers.
 
-The journal itself is the facade: appends go through its group commit (`journal._group`)
+The journal itself is the facade: appends go through its group commit (`_threads.py`)
 to its `Appender` (`_appender.py`: the fast path, the locked path, conditional and fenced
 appends, retries after a lost connection) one at a time, or as one statement (`_batch.py`);
 async appends go through the writer of their event loop (`_async.py`). Leases are taken
@@ -24,7 +24,6 @@ from sagacity.journal._group import (
     AppendRequest,
     AppendWithdrawn,
     CommittedThenCancelled,
-    GroupCommit,
     GroupStats,
 )
 from sagacity.journal._lease import RELEASED, SagaLease, lost
@@ -38,6 +37,7 @@ from sagacity.journal.postgres._database import PostgresDatabase
 from sagacity.journal.postgres._leases import LeaseStatements, LeaseTake
 from sagacity.journal.postgres._schema import LOCK_CLASS
 from sagacity.journal.postgres._steps import ALL, Statement, Steps, run_steps
+from sagacity.journal.postgres._threads import ThreadGroup
 
 __all__ = ["PostgresJournal"]
 
@@ -84,10 +84,9 @@ class PostgresJournal:
         # As many commits in flight as the pool allows, one connection left for reads and
         # leases: the server merges their WAL flushes; appends that find them all busy
         # queue and go together in the next batch.
-        self._group = GroupCommit(
+        self._group = ThreadGroup(
             appender.append_request,
             lambda requests: append_batch(appender, requests),
-            name=f"sagacity-postgres {self._db.settings.where}",
             leaders=max(1, self._db.settings.pool_max_size - 1),
             fresh=FRESH_COMMITS,
         )
@@ -100,7 +99,7 @@ class PostgresJournal:
 
     @property
     def group_stats(self) -> GroupStats:
-        """How appends were committed: alone or in batches (see `GroupCommit`)."""
+        """How appends were committed: alone or in batches (see `ThreadGroup`)."""
         return self._group.stats
 
     @property

@@ -143,6 +143,7 @@ async def arun_steps(
 
 
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_BAD = pq.ConnStatus.BAD
 _IDLE = pq.TransactionStatus.IDLE
 _NOT_PREPARED = "26000"  # invalid_sql_statement_name: a DEALLOCATE dropped it
 _ALREADY_PREPARED = "42P05"  # duplicate_prepared_statement: a cancelled PREPARE went through
@@ -270,18 +271,37 @@ def _sending(pgconn: pq.abc.PGconn, statement: Statement, prepared: set[bytes]) 
     for _ in range(2):
         if name not in prepared:
             pgconn.send_prepare(name, statement.prepared.numbered, None)
-            (done,) = yield generators.execute(pgconn)
+            done = _answer(pgconn, (yield generators.execute(pgconn)))
             if done.status != _COMMAND_OK and _sqlstate(done) != _ALREADY_PREPARED:
                 raise errors.error_from_result(done)
             prepared.add(name)
         pgconn.send_query_prepared(name, values, None, 0)
-        (result,) = yield generators.execute(pgconn)
+        result = _answer(pgconn, (yield generators.execute(pgconn)))
         if result.status == _COMMAND_OK:
             return result.command_tuples or 0, None
         if _sqlstate(result) != _NOT_PREPARED:
             break
         prepared.discard(name)  # deallocated meanwhile: prepared again, and sent again
     raise errors.error_from_result(result)
+
+
+def _answer(pgconn: pq.abc.PGconn, results: list[pq.abc.PGresult]) -> pq.abc.PGresult:
+    """The answer to one statement: its result, or its error.
+
+    A connection lost on the way (a backend terminated while it worked) can leave two
+    results, the server's farewell and libpq's, or none: then the statement's fate is
+    unknown, and the error says the connection was lost (`is_transient`), whatever the
+    results hold.
+    """
+    if pgconn.status == _BAD or not results:
+        raise errors.OperationalError(
+            "the connection to the server was lost: "
+            + (pq.error_message(pgconn).strip() or "no answer came")
+        )
+    for result in results:
+        if result.status != _COMMAND_OK:
+            return result
+    return results[0]
 
 
 def _sqlstate(result: pq.abc.PGresult) -> str | None:
