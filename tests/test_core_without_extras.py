@@ -8,7 +8,7 @@ import textwrap
 
 BLOCKED = [
     "psycopg", "psycopg_pool", "langchain", "langchain_core", "langgraph", "agents",
-    "pydantic_ai", "mcp", "fastapi", "starlette", "uvicorn", "pydantic",
+    "pydantic_ai", "mcp", "fastapi", "starlette", "uvicorn", "pydantic", "google",
 ]  # fmt: skip
 
 SCRIPT = textwrap.dedent(

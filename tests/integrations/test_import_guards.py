@@ -38,6 +38,7 @@ class TestImportGuards:
             ("openai_agents", "agents", "sagacity[openai-agents]"),
             ("pydantic_ai", "pydantic_ai", "sagacity[pydantic-ai]"),
             ("mcp", "mcp", "sagacity[mcp]"),
+            ("adk", "google", "sagacity[adk]"),
         ],
     )
     def test_the_error_names_the_extra(self, adapter: str, blocked: str, extra: str) -> None:
