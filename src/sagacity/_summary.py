@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 from sagacity._history import CONTROL_FLOW, OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
+from sagacity._verdicts import last_verdict
 from sagacity.approval._policy import recorded_starter
 from sagacity.errors import JournalError, SagaNotFoundError
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
@@ -116,6 +118,10 @@ class InDoubtCall:
     """When the doubtful entry was recorded."""
     saga_status: str
     """The saga's status: a call of a saga still `OPEN` may simply be running."""
+    reconciled: dict[str, Any] | None = None
+    """The latest verdict of its reconciler on it (`_verdicts.Finding`: the verdict,
+    `decided_by`, the evidence, the failure of one that raised or timed out); None when no
+    reconciler has answered (none is declared, or none was asked yet)."""
 
     def to_json(self) -> dict[str, object]:
         """The call as a JSON object."""
@@ -187,6 +193,7 @@ def _doubt(
         reason=reason,
         recorded_at=entry.recorded_at,
         saga_status=status,
+        reconciled=last_verdict(history, call.intent.call_id or "", kind),
     )
 
 

@@ -338,7 +338,8 @@ class TestListings:
         sagacity.close()
         lines = run_cli("doubts", "--database", database).stdout.splitlines()
         assert cells(lines[0]) == [
-            "saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "worker", "why"
+            "saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "worker", "why",
+            "reconciler",
         ]  # fmt: skip
         row = cells(lines[1])
         assert row[:5] == ["pay-1", "3", "charge#1", "charge", "call"]
@@ -346,6 +347,7 @@ class TestListings:
             "NEEDS_ATTENTION",
             "its outcome is unknown: {'message': 'the provider did not answer', 'type': "
             "'TimeoutError'}",
+            "no reconciler has answered",
         ]
         assert len(lines) == 2
         (document,) = [

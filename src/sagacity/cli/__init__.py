@@ -159,6 +159,17 @@ def _parser() -> argparse.ArgumentParser:
     resolve.add_argument(
         "--reason", help="how they found out (the provider's dashboard, a ticket), journaled"
     )
+    resolve.add_argument(
+        "--evidence",
+        metavar="REF",
+        help="what the finding rests on (the provider's charge id, a ticket), journaled; "
+        "with --evidence-sha256",
+    )
+    resolve.add_argument(
+        "--evidence-sha256",
+        metavar="HEX",
+        help="the SHA-256 of what was read (64 hex digits, as sha256sum prints it)",
+    )
 
     resume = command(
         "resume", "run an approved call with its journaled input and end the saga", signed=True

@@ -11,6 +11,7 @@ import orjson
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_name
+from sagacity._reconcile import check_evidence
 from sagacity._summary import iter_doubts
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._policy import refuse_self_approval
@@ -219,12 +220,28 @@ def resolve(args: argparse.Namespace) -> int:
                 """shell's quotes, such as --result '"res-1"'"""
             ) from None
     on_compensation = finding in ("--undone", "--not-undone")
+    evidence = {"evidence": args.evidence, "evidence_sha256": args.evidence_sha256}
+    if (args.evidence is None) != (args.evidence_sha256 is None):
+        raise CliError(
+            "--evidence and --evidence-sha256 go together: the reference and the SHA-256 of "
+            "what was read there"
+        )
+    if args.evidence is not None:
+        try:
+            check_evidence(args.evidence, args.evidence_sha256, f"saga {args.saga!r}")
+        except ValueError as error:
+            raise CliError(str(error)) from None
     with opened(args) as sagacity:
         require_saga(sagacity, args.saga)
         _check_doubt(sagacity, args.saga, args.call_id, on_compensation=on_compensation)
         if on_compensation:
             entry = sagacity.resolve_compensation(
-                args.saga, args.call_id, compensated=finding == "--undone", by=by, reason=reason
+                args.saga,
+                args.call_id,
+                compensated=finding == "--undone",
+                by=by,
+                reason=reason,
+                **evidence,
             )
         else:
             entry = sagacity.resolve(
@@ -234,6 +251,7 @@ def resolve(args: argparse.Namespace) -> int:
                 result=result,
                 by=by,
                 reason=reason,
+                **evidence,
             )
     what = {
         "--executed": f"call {args.call_id!r} resolved as executed",

@@ -26,6 +26,7 @@ from sagacity._lease_view import (
 )
 from sagacity._summary import STATUSES as STATUS_SET
 from sagacity._summary import SagaSummary, iter_doubts, list_summaries, summary_of
+from sagacity._verdicts import findings, verdict_text
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import ChainHead, export_csv, export_jsonl, read_checkpoint, verify
 from sagacity.audit._approvals import NOT_COUNTED, unsigned_approvals
@@ -195,6 +196,7 @@ def show(args: argparse.Namespace) -> int:
                 "worker": None if worker is None else worker.to_json(),
                 "entries": [entry.to_json() for entry in history.entries],
                 "not_counted": [{"seq": seq, "reason": why} for seq, why in unsigned.items()],
+                "verdicts": findings(history.entries),
                 "problems": [{"seq": p.seq, "reason": p.reason} for p in problems],
             }
         )
@@ -221,6 +223,12 @@ def show(args: argparse.Namespace) -> int:
     marks = ["", *(_not_counted(unsigned, entry.seq) for entry in history.entries)]
     for stamp, line, mark in zip(times, lines, marks, strict=True):
         sys.stdout.write(printable(f"{stamp.ljust(width)}  {line}{mark}") + "\n")
+    settled = findings(history.entries)
+    if settled:
+        sys.stdout.write("verdicts and findings:\n")
+        for found in settled:
+            about = f"{found['subject']} {found['call_id']}"
+            sys.stdout.write(printable(f"  {about}: {verdict_text(found)}") + "\n")
     if args.payloads:
         for entry in history.entries:
             payload = orjson.dumps(entry.payload).decode()
@@ -466,7 +474,18 @@ def doubts(args: argparse.Namespace) -> int:
             emit_json(document)
         return EXIT_OK
     emit_table(
-        ("saga", "seq", "call id", "tool", "in doubt", "since", "saga status", "worker", "why"),
+        (
+            "saga",
+            "seq",
+            "call id",
+            "tool",
+            "in doubt",
+            "since",
+            "saga status",
+            "worker",
+            "why",
+            "reconciler",
+        ),
         [
             (
                 d.saga_id,
@@ -478,6 +497,7 @@ def doubts(args: argparse.Namespace) -> int:
                 d.saga_status,
                 "" if d.saga_id not in workers else workers[d.saga_id].describe(),
                 d.reason,
+                verdict_text(d.reconciled),
             )
             for d in found
         ],
