@@ -23,9 +23,9 @@ LINE_LIMIT = 500
 KNOWN_CYCLES: set[tuple[str, ...]] = set()  # none today: keep it so
 """Import cycles being removed, each from its first module in sorted order back to it."""
 
-KNOWN_OVERSIZED = {
-    # Being split by concept now; each entry leaves the list when its split lands.
-    "sagacity.integrations.pydantic_ai._toolset",
+KNOWN_OVERSIZED: set[str] = {
+    # Grew past the limit with the reconcilers' columns; leaves the list when it is split.
+    "sagacity.cli._read",
 }
 """Modules over `LINE_LIMIT` lines today."""
 

@@ -21,10 +21,10 @@ except ImportError as error:  # pragma: no cover - exercised with the extra bloc
 
 from sagacity.integrations.pydantic_ai._capability import SagaCapability
 from sagacity.integrations.pydantic_ai._classify import classify_exception
+from sagacity.integrations.pydantic_ai._policy import JournalPolicy
 from sagacity.integrations.pydantic_ai._toolset import (
     DENIAL_SOURCE,
     METADATA_KEY,
-    JournalPolicy,
     SagaToolset,
     saga_toolset,
 )

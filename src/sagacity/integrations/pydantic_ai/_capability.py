@@ -11,7 +11,8 @@ from pydantic_ai.tools import AgentDepsT
 from pydantic_ai.toolsets import AbstractToolset
 
 from sagacity.annotations import Reversibility
-from sagacity.integrations.pydantic_ai._toolset import JournalPolicy, SagaToolset
+from sagacity.integrations.pydantic_ai._policy import JournalPolicy
+from sagacity.integrations.pydantic_ai._toolset import SagaToolset
 from sagacity.saga import Sagacity
 
 __all__ = ["SagaCapability"]

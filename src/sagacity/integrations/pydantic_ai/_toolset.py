@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
-import re
-import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NoReturn
 
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
-from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
+from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
 from sagacity.adapter import SagaScope, current_scope
-from sagacity.annotations import Reversibility, compensable
+from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ApprovalError, ConfigurationError, SagaStateError
-from sagacity.integrations.pydantic_ai._classify import classify_exception
+from sagacity.errors import ApprovalError, SagaStateError
+from sagacity.integrations.pydantic_ai._calls import FrameworkCall, handed_down, journaled_tool
+from sagacity.integrations.pydantic_ai._policy import JournalPolicy
 from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
@@ -31,137 +28,6 @@ metadata of the `ApprovalRequired` it raises."""
 
 DENIAL_SOURCE = "pydantic-ai ToolDenied"
 """The `source` of the REJECTED entry journaled for a call PydanticAI denied."""
-
-_COMPENSATION_ATTRIBUTE = "__sagacity_pydantic_ai_compensation__"
-
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-"""The tool names `Sagacity.wrap` accepts."""
-
-_handed_down: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "sagacity_pydantic_ai_handed_down", default=None
-)
-"""The argument dict of the call a SagaToolset journals and hands down to the toolset it
-wraps: the very object, as every call has a dict of its own."""
-
-
-class JournalPolicy:
-    """Which tools of a toolset are journaled, and how.
-
-    Tools wrapped by `Sagacity.wrap` are journaled as they were declared, whether they are
-    given here or only share the name the agent calls them by. Any other tool (an MCP
-    server's, a plain function toolset's) is known only by that name, so its
-    reversibility and compensation are given here; a tool given nothing is IRREVERSIBLE.
-
-    Args:
-        sagacity: The Sagacity whose sagas the calls are journaled in.
-        tools: Tools wrapped by `Sagacity.wrap`, journaled as declared.
-        compensations: Other tools that are COMPENSATABLE, each with its compensation (a
-            callable taking no arguments or one `CompensationContext`), checked now.
-        irreversible: Other tools that are IRREVERSIBLE: every call waits for a human's
-            approval of its exact input.
-        read_only: Other tools that change nothing: called straight through, not journaled.
-            The name is all that is checked: whatever the toolset runs under it is trusted
-            to change nothing. A name `Sagacity.wrap` declared is journaled all the same.
-        unlisted: The reversibility every other tool is journaled with; IRREVERSIBLE (the
-            default) makes each of its calls wait for a human's approval. Such a tool has
-            no compensation: with COMPENSATABLE, a failed saga records COMPENSATION_FAILED
-            for it and ends COMPENSATION_FAILED, naming it as still dirty.
-
-    Raises:
-        ConfigurationError: A tool is named twice, a compensation has the wrong signature,
-            a name with a compensation is not a valid sagacity tool name, or the Sagacity
-            already has a tool of that name with another compensation.
-    """
-
-    def __init__(
-        self,
-        sagacity: Sagacity,
-        *,
-        tools: Iterable[SagaTool] = (),
-        compensations: Mapping[str, Callable[..., Any]] | None = None,
-        irreversible: Collection[str] = (),
-        read_only: Collection[str] = (),
-        unlisted: Reversibility = Reversibility.IRREVERSIBLE,
-    ) -> None:
-        tools = list(tools)
-        self.sagacity = sagacity
-        self.unlisted = unlisted
-        self.token = uuid.uuid4().hex[:16]
-        """Tells this policy's marks in tool metadata from those of another SagaToolset."""
-        self._journaled: dict[str, SagaTool] = {}
-        """The tools given by `tools`, by name."""
-        self._built: dict[tuple[str, Reversibility], SagaTool] = {}
-        """The journaled tools of the other names, built on their first call."""
-        self._reversibility: dict[str, Reversibility] = {}
-        """The declared reversibility of tools not wrapped by `Sagacity.wrap`."""
-        self._read_only = frozenset(read_only)
-        compensations = dict(compensations or {})
-        where: dict[str, str] = {}
-        groups: list[tuple[str, Iterable[str]]] = [
-            ("wrapped by Sagacity.wrap", [tool.name for tool in tools]),
-            ("given a compensation", compensations),
-            ("IRREVERSIBLE", irreversible),
-            ("read-only", read_only),
-        ]
-        for group, names in groups:
-            for name in names:
-                if name in where:
-                    raise ConfigurationError(
-                        f"tool {name!r} is declared twice ({where[name]} and {group}); "
-                        "declare each tool once"
-                    )
-                where[name] = group
-        for tool in tools:
-            if tool.owner is not sagacity:
-                raise ConfigurationError(
-                    f"tool {tool.name!r} was wrapped by another Sagacity; wrap it with the "
-                    "Sagacity that journals this toolset"
-                )
-            self._journaled[tool.name] = _journaled_tool(
-                sagacity, tool.name, tool.description, tool.reversibility
-            )
-        for name, compensation in compensations.items():
-            _register_compensation(sagacity, name, compensation)
-            self._reversibility[name] = Reversibility.COMPENSATABLE
-        for name in irreversible:
-            self._reversibility[name] = Reversibility.IRREVERSIBLE
-        sagacity.add_classifier(classify_exception)
-
-    def tool_for(self, name: str, tool_def: ToolDefinition) -> SagaTool | None:
-        """The journaled tool a call of `name` runs through; None for a read-only tool.
-
-        In order: a tool given by `tools`; a name given a compensation or declared
-        IRREVERSIBLE here; a tool of this name wrapped by the Sagacity (its reversibility,
-        and its compensation, which the walk finds by name); a read-only name; `unlisted`.
-        """
-        found = self._journaled.get(name)
-        if found is not None:
-            return found
-        description = tool_def.description or ""
-        reversibility = self._reversibility.get(name)
-        if reversibility is None:
-            wrapped = _wrapped(self.sagacity, name)
-            if wrapped is not None:
-                reversibility = wrapped.reversibility
-                description = wrapped.description or description
-            elif name in self._read_only:
-                return None
-            else:
-                reversibility = self.unlisted
-        found = self._built.get((name, reversibility))
-        if found is None:
-            found = _journaled_tool(self.sagacity, name, description, reversibility)
-            self._built[name, reversibility] = found
-        return found
-
-    def mark(self, name: str, tool_def: ToolDefinition) -> dict[str, JsonValue]:
-        """What this policy records in the tool's metadata (never sent to the model)."""
-        tool = self.tool_for(name, tool_def)
-        return {
-            "policy": self.token,
-            "journaled": tool is not None,
-            "reversibility": None if tool is None else tool.reversibility.value,
-        }
 
 
 @dataclasses.dataclass(eq=False)
@@ -267,7 +133,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         journaled = self._journaled(name, tool_args, tool)
         if journaled is None:
             return await super().call_tool(name, tool_args, ctx, tool)
-        framework_call = _FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
+        framework_call = FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
         if journaled.reversibility is Reversibility.IRREVERSIBLE:
             await _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
         return await journaled.ainvoke(
@@ -289,7 +155,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
     def _journaled(
         self, name: str, tool_args: dict[str, Any], tool: ToolsetTool[AgentDepsT]
     ) -> SagaTool | None:
-        if _handed_down.get() is tool_args:
+        if handed_down.get() is tool_args:
             # A SagaToolset further out journals this very call. The dict's identity, not
             # the call id, tells: an agent run inside a tool may reuse the running call's
             # id, and its calls are journaled (the core refuses an id used twice).
@@ -331,7 +197,7 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         for part in denied:
             if (part.tool_call_id, part.tool_name) not in waiting:
                 continue  # sagacity never asked for it, or it was decided already
-            decliner = _journaled_tool(
+            decliner = journaled_tool(
                 self.policy.sagacity, part.tool_name, "", Reversibility.IRREVERSIBLE
             )
             try:
@@ -355,7 +221,7 @@ def _bound(toolset: AbstractToolset[Any], run: _Run | None) -> AbstractToolset[A
     return bound
 
 
-async def _defer_unless_approved(tool: SagaTool, call: _FrameworkCall, call_id: str | None) -> None:
+async def _defer_unless_approved(tool: SagaTool, call: FrameworkCall, call_id: str | None) -> None:
     """Raise PydanticAI's `ApprovalRequired` unless this IRREVERSIBLE call may run now.
 
     A call that waits for approval, or one an approval check refuses, is deferred:
@@ -407,57 +273,6 @@ def saga_toolset(sagacity: Sagacity, *sources: object, **options: Any) -> SagaTo
     return SagaToolset(functions, JournalPolicy(sagacity, tools=tools))
 
 
-class _FrameworkCall:
-    """The wrapped toolset's own call of one tool: what a journaled call runs."""
-
-    __slots__ = ("ctx", "name", "tool", "tool_args", "toolset")
-
-    def __init__(
-        self,
-        toolset: AbstractToolset[Any],
-        name: str,
-        tool_args: dict[str, Any],
-        ctx: RunContext[Any],
-        tool: ToolsetTool[Any],
-    ) -> None:
-        self.toolset = toolset
-        self.name = name
-        self.tool_args = tool_args
-        self.ctx = ctx
-        self.tool = tool
-
-    async def __call__(self) -> Any:
-        token = _handed_down.set(self.tool_args)
-        try:
-            return await self.toolset.call_tool(self.name, self.tool_args, self.ctx, self.tool)
-        finally:
-            _handed_down.reset(token)
-
-
-async def _through_framework(call: _FrameworkCall, /, **tool_args: Any) -> Any:
-    """Run the call the way PydanticAI would: sync tools in a worker thread, timeouts, ctx.
-
-    `tool_args` is what is journaled; the call passes on the dict it was given, equal to
-    it, whose identity tells a SagaToolset further in that this call is journaled.
-    """
-    return await call()
-
-
-def _journaled_tool(
-    sagacity: Sagacity, name: str, description: str, reversibility: Reversibility
-) -> SagaTool:
-    # The journaled input is the validated arguments the model sent: `call` is left out,
-    # and so is `RunContext`, which PydanticAI adds only when it calls the function.
-    return SagaTool(
-        sagacity,
-        _through_framework,
-        name=name,
-        description=description,
-        reversibility=reversibility,
-        excluded=frozenset({"call"}),
-    )
-
-
 def _pause_natively(request: ApprovalRequest) -> NoReturn:
     raise ApprovalRequired(metadata={METADATA_KEY: _approval_metadata(request)})
 
@@ -465,45 +280,3 @@ def _pause_natively(request: ApprovalRequest) -> NoReturn:
 def _approval_metadata(request: ApprovalRequest) -> dict[str, JsonValue]:
     """What an approver is shown in `DeferredToolRequests.metadata[tool_call_id]["sagacity"]`."""
     return request.to_json()
-
-
-def _wrapped(sagacity: Sagacity, name: str) -> SagaTool | None:
-    """The tool `Sagacity.wrap` declared under `name`, if there is one."""
-    try:
-        return sagacity.tool(name)
-    except ConfigurationError:
-        return None
-
-
-def _register_compensation(sagacity: Sagacity, name: str, compensation: Callable[..., Any]) -> None:
-    """Declare a foreign tool's compensation through `Sagacity.wrap`, which checks it now.
-
-    The tool registered under `name` only carries the compensation: its calls run through
-    the PydanticAI toolset. Declaring the same compensation again (a second agent, a
-    copy of the capability) is a no-op.
-    """
-    if not _TOOL_NAME.fullmatch(name):
-        raise ConfigurationError(
-            f"PydanticAI tool {name!r} is given a compensation, but sagacity keeps "
-            "compensations under tool names of 1 to 64 letters, digits, '_', '-' or '.'; "
-            f"expose the tool under another name with toolset.renamed({{'new_name': {name!r}}})"
-        )
-    existing = _wrapped(sagacity, name)
-    if existing is not None:
-        if getattr(existing.func, _COMPENSATION_ATTRIBUTE, None) == compensation:
-            return
-        raise ConfigurationError(
-            f"tool {name!r} is already wrapped by this Sagacity ({existing.func.__qualname__}); "
-            "a PydanticAI tool given a compensation must not share its name with another tool"
-        )
-
-    def foreign_tool(**tool_args: Any) -> NoReturn:
-        raise ConfigurationError(
-            f"tool {name!r} belongs to a PydanticAI toolset and runs only through it; resume "
-            "its saga with Sagacity.aresume_saga(saga_id, work), work re-running the agent"
-        )
-
-    foreign_tool.__name__ = name
-    foreign_tool.__qualname__ = f"pydantic_ai_tool.{name}"
-    setattr(foreign_tool, _COMPENSATION_ATTRIBUTE, compensation)
-    sagacity.wrap(compensable(by=compensation, name=name)(foreign_tool))
