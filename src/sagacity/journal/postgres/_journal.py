@@ -30,7 +30,7 @@ from sagacity.journal._lease import RELEASED, SagaLease, lost
 from sagacity.journal._rows import entries_from_rows
 from sagacity.journal.postgres._append import Append, AppendStats
 from sagacity.journal.postgres._appender import COLUMNS, Appender
-from sagacity.journal.postgres._async import FRESH_COMMITS, LoopWriter
+from sagacity.journal.postgres._async import LoopWriter
 from sagacity.journal.postgres._batch import append_batch
 from sagacity.journal.postgres._connections import IdleConnections
 from sagacity.journal.postgres._database import PostgresDatabase
@@ -82,13 +82,16 @@ class PostgresJournal:
         self._sql_sagas_from = _sql_sagas(table, ">=")  # the first page: '' is a saga id too
         appender = self._appender
         # As many commits in flight as the pool allows, one connection left for reads and
-        # leases: the server merges their WAL flushes; appends that find them all busy
-        # queue and go together in the next batch.
+        # leases: the server merges their WAL flushes. Appends that find them all busy, or
+        # their saga's commit in flight, queue and go together in the next batch. (Fewer
+        # commits in flight, for larger batches, made threads slower here: each waited
+        # for a commit to end before its own began; docs/performance.md.)
+        leaders = max(1, self._db.settings.pool_max_size - 1)
         self._group = ThreadGroup(
             appender.append_request,
             lambda requests: append_batch(appender, requests),
-            leaders=max(1, self._db.settings.pool_max_size - 1),
-            fresh=FRESH_COMMITS,
+            leaders=leaders,
+            fresh=leaders,
         )
         self._loop_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWriter] = (
             weakref.WeakKeyDictionary()
