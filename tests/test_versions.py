@@ -11,7 +11,7 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-FRAMEWORK_EXTRAS = ["postgres", "langchain", "openai-agents", "pydantic-ai", "mcp"]
+FRAMEWORK_EXTRAS = ["postgres", "langchain", "openai-agents", "pydantic-ai", "mcp", "crewai"]
 
 
 def _makefile_variable(name: str) -> list[str]:
