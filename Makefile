@@ -88,7 +88,7 @@ test-latest:
 	[ -x $(LATEST)/bin/python ] || $(PYTHON) -m venv $(LATEST)
 	$(LATEST)/bin/python -m pip install --quiet --upgrade pip
 	$(LATEST)/bin/pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
-	@$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(langchain|langgraph|openai-agents|pydantic-ai|mcp)[-a-z]* '
+	@$(LATEST)/bin/pip list 2>/dev/null | grep -iE '^(langchain|langgraph|openai-agents|pydantic-ai|mcp|google-adk)[-a-z]* '
 	$(LATEST)/bin/pytest -n 3 --dist loadfile tests/integrations
 
 docs: $(STAMP)
