@@ -192,7 +192,9 @@ class ScriptedModel(BaseLlm):
             parts = [types.Part.from_text(text=turn)]
         else:
             parts = [
-                types.Part(function_call=types.FunctionCall(id=call_id, name=name, args=args))
+                types.Part(
+                    function_call=types.FunctionCall(id=call_id or None, name=name, args=args)
+                )
                 for name, call_id, args in turn
             ]
         yield LlmResponse(content=types.Content(role="model", parts=parts))

@@ -203,8 +203,11 @@ class TestConfirmedOnlyInAdk:
 
 
 class TestDeclinedInAdk:
+    @pytest.mark.parametrize(
+        "payload", ["wrong supplier", {"reason": "wrong supplier"}], ids=["text", "object"]
+    )
     async def test_a_framework_no_is_journaled_and_wins_over_an_approval(
-        self, sagacity: Sagacity
+        self, sagacity: Sagacity, payload: Any
     ) -> None:
         """`confirmed=False` is journaled REJECTED (source ADK); the wire never runs.
 
@@ -216,7 +219,7 @@ class TestDeclinedInAdk:
         _, session = await pause(sagacity, desk)
         sagacity.approve(SAGA, approver="alice")
         message = confirmation_message(
-            await desk.session(session), "call-2", confirmed=False, payload="wrong supplier"
+            await desk.session(session), "call-2", confirmed=False, payload=payload
         )
 
         result = await sagacity.aresume_saga(SAGA, lambda: desk.turn(session, message))

@@ -6,6 +6,9 @@ requests of one session (`Sagacity.join`).
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
@@ -215,3 +218,41 @@ class TestJoinAcrossRequests:
                 ("ENDED", None, None),
             ]
         assert current_call() is None
+
+
+class TestCallIds:
+    async def test_a_call_the_model_sent_without_an_id_gets_adks_id(
+        self, sagacity: Sagacity
+    ) -> None:
+        """ADK gives an id-less call an `adk-…` id, stored in the session: that is the call id."""
+        orders = Orders()
+        desk = Desk(
+            scripted([("reserve_inventory", "", {"sku": "SKU-1"})]),
+            function_tools(sagacity, orders),
+        )
+        session = await desk.new_session()
+
+        await sagacity.asaga("ids-1", lambda: desk.turn(session, "reserve"))
+
+        (intent, _, _) = sagacity.history("ids-1")
+        assert intent.call_id is not None
+        assert intent.call_id.startswith("adk-")
+        stored = [
+            call.id
+            for event in (await desk.session(session)).events
+            for call in event.get_function_calls()
+        ]
+        assert stored == [intent.call_id]
+        seen = orders.seen["reserve_inventory SKU-1"]
+        assert seen is not None
+        assert seen.call_id == intent.call_id
+
+
+class TestDoc:
+    def test_the_page_names_the_pinned_range(self) -> None:
+        """docs/integrations/adk.md states the range the extra pins."""
+        root = Path(__file__).resolve().parents[3]
+        pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+        (pinned,) = re.findall(r'^adk = \["google-adk(.*)"\]$', pyproject, re.M)
+        page = (root / "docs" / "integrations" / "adk.md").read_text(encoding="utf-8")
+        assert f"`{pinned}`" in page
