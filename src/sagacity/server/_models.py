@@ -175,6 +175,12 @@ class ResolveBody(_Model):
     executed: bool
     """True: the call ran (with `result`); false: it did not run."""
     result: Any = None
+    reason: str | None = None
+    """How they found out (the provider's dashboard, a ticket), journaled."""
+    evidence: str | None = None
+    """What the finding rests on (the provider's charge id), journaled with its digest."""
+    evidence_sha256: str | None = None
+    """The SHA-256 of what was read there: 64 hex digits; with `evidence`."""
 
 
 class CallRefModel(_Model):
@@ -244,6 +250,9 @@ class SagaDetail(_Model):
     summary: SagaSummaryModel
     entries: list[EntryModel]
     pending: list[ApprovalRequestModel]
+    verdicts: list[dict[str, Any]] = []
+    """Every reconciler's verdict and human finding on the saga, with who decided and the
+    evidence, in journal order (as `sagacity show --json` gives them)."""
 
 
 class ProblemModel(_Model):
@@ -286,6 +295,9 @@ class DoubtModel(_Model):
     reason: str
     recorded_at: str
     saga_status: str
+    reconciled: dict[str, Any] | None = None
+    """The last verdict of the tool's reconciler on it (verdict, decided_by, evidence, the
+    failure of one that raised or timed out); null when no reconciler has answered."""
 
     @classmethod
     def of(cls, doubt: InDoubtCall) -> DoubtModel:

@@ -20,6 +20,7 @@ from sagacity._history import SagaHistory
 from sagacity._ids import require_id
 from sagacity._lease_view import STALLED, is_stalled, workers_of
 from sagacity._summary import list_doubts, list_summaries, summary_of
+from sagacity._verdicts import findings
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
 from sagacity.audit._export import CSV_FIELDS, csv_row
@@ -169,6 +170,7 @@ def api_router(
             summary=SagaSummaryModel.of(summary_of(saga_id, entries)),
             entries=[EntryModel.of(e) for e in entries],
             pending=[ApprovalRequestModel.of(r) for r in pending],
+            verdicts=findings(entries),
         )
 
     @api.get("/approvals", response_model=list[ApprovalRequestModel], tags=["approvals"])
@@ -281,9 +283,19 @@ def api_router(
     ) -> EntryModel:
         """Record a human's finding on an in-doubt call; journaled with the principal."""
         require_id(call_id, f"saga {saga_id!r}: call id")
-        entry = sagacity.resolve(
-            _saga(saga_id), call_id, executed=body.executed, result=body.result, by=principal.name
-        )
+        try:
+            entry = sagacity.resolve(
+                _saga(saga_id),
+                call_id,
+                executed=body.executed,
+                result=body.result,
+                by=principal.name,
+                reason=body.reason,
+                evidence=body.evidence,
+                evidence_sha256=body.evidence_sha256,
+            )
+        except ValueError as error:  # evidence without its digest, or a malformed one
+            raise HTTPException(status_code=422, detail=str(error)) from None
         return EntryModel.of(entry)
 
     @api.get("/doubts", response_model=list[DoubtModel], tags=["sagas"])

@@ -168,13 +168,20 @@ def _operations(router: APIRouter, site: InboxSite) -> None:
         if executed not in ("true", "false"):
             raise Refusal(422, "the form field 'executed' must be 'true' or 'false'")
         name, done = session.principal.name, executed == "true"
-        if form_field(form, "kind", required=False) == "compensation":
-            sagacity.resolve_compensation(saga_id, call_id, compensated=done, by=name)
-            what = "the compensation of call"
-        else:
-            result = json_field(form, "result")
-            sagacity.resolve(saga_id, call_id, executed=done, result=result, by=name)
-            what = "call"
+        found = {
+            key: form_field(form, key, required=False).strip() or None
+            for key in ("reason", "evidence", "evidence_sha256")
+        }
+        try:
+            if form_field(form, "kind", required=False) == "compensation":
+                sagacity.resolve_compensation(saga_id, call_id, compensated=done, by=name, **found)
+                what = "the compensation of call"
+            else:
+                result = json_field(form, "result")
+                sagacity.resolve(saga_id, call_id, executed=done, result=result, by=name, **found)
+                what = "call"
+        except ValueError as error:  # evidence without its digest, or a malformed one
+            raise Refusal(422, str(error), heading="Incomplete evidence") from None
         session.flash.append(
             f"Recorded by {name}: {what} {call_id} " + ("ran." if done else "did not run.")
         )

@@ -15,6 +15,7 @@ from sagacity._history import payload_of
 from sagacity._ids import require_id
 from sagacity._lease_view import Worker, is_stalled, workers_of
 from sagacity._summary import iter_doubts, summary_of
+from sagacity._verdicts import findings, verdict_text
 from sagacity.approval import ApprovalRequest
 from sagacity.audit import iter_entries, verify
 from sagacity.errors import ConfigurationError, JournalError
@@ -204,6 +205,11 @@ def saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
             for item in items
         ],
         "doubts": doubts,
+        "doubt_verdicts": [verdict_text(doubt.reconciled) for doubt in doubts],
+        "verdicts": [
+            f"{found['subject']} {found['call_id']}: {verdict_text(found)}"
+            for found in findings(entries)
+        ],
         "can_compensate": status != "COMPLETED" and bool(entries),
         "timeline": timeline(entries, policy=sagacity.approval.policy),
         "error": read_error,
