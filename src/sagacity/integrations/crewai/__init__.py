@@ -16,7 +16,8 @@ tool's exception into "Error executing tool: …" for the model, on the native
 function-calling and the ReAct paths alike. CrewAI's automatic re-runs of a failed call
 are the same call (one call id); its cache never answers for a journaled tool, the journal
 replays repeats within the saga instead; IRREVERSIBLE calls wait for sagacity's approval,
-never for CrewAI's console prompt. See `docs/integrations/crewai.md`.
+never for CrewAI's console prompt, and `CrewResumer` lets `sagacity.Worker` kick the crew
+off again once a human decided. See `docs/integrations/crewai.md`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ except ImportError as error:  # pragma: no cover - exercised with the extra bloc
     ) from error
 
 from sagacity.integrations.crewai._calls import RERUN_REASON, choose_call_id
+from sagacity.integrations.crewai._resumer import RESUMER, CrewResumer
 from sagacity.integrations.crewai._tools import SagaCrewTool, as_crew_tool, crew_tools
 
-__all__ = ["RERUN_REASON", "SagaCrewTool", "as_crew_tool", "choose_call_id", "crew_tools"]
+__all__ = [
+    "RERUN_REASON",
+    "RESUMER",
+    "CrewResumer",
+    "SagaCrewTool",
+    "as_crew_tool",
+    "choose_call_id",
+    "crew_tools",
+]

@@ -26,11 +26,12 @@ from typing import Any
 from crewai.tools import tool
 from crewai.tools.base_tool import Tool
 
-from sagacity.adapter import current_scope
+from sagacity.adapter import current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError
 from sagacity.integrations.crewai._calls import choose_call_id
+from sagacity.integrations.crewai._resumer import RESUMER
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool, awaiting_approval_message
 
@@ -154,7 +155,8 @@ def _tool_function(
 
         async def call_async(**kwargs: Any) -> Any:
             call_id = _call_id(saga_tool, kwargs, replay_repeats)
-            return await saga_tool.ainvoke((), kwargs, call_id=call_id)
+            with pausing_as(RESUMER):
+                return await saga_tool.ainvoke((), kwargs, call_id=call_id)
 
         function = call_async
     else:
@@ -162,7 +164,8 @@ def _tool_function(
         def call(**kwargs: Any) -> Any:
             call_id = _call_id(saga_tool, kwargs, replay_repeats)
             waiting = _Waiting(saga_tool, kwargs, approval_wait) if waits else None
-            return saga_tool.invoke((), kwargs, call_id=call_id, on_approval_needed=waiting)
+            with pausing_as(RESUMER):  # a request asked here names the CrewAI resumer
+                return saga_tool.invoke((), kwargs, call_id=call_id, on_approval_needed=waiting)
 
         function = call
     function.__name__ = saga_tool.name
