@@ -405,9 +405,21 @@ def _tool(
         if getattr(bound, "__func__", None) is by:
             by = bound  # a function of the class body: the instance's bound method
     call.__sagacity_tool__ = dataclasses.replace(  # type: ignore[attr-defined]
-        declaration, name=tool_name, by=by
+        declaration,
+        name=tool_name,
+        by=by,
+        reconcile=_bound(instance, declaration.reconcile),
+        reconcile_compensation=_bound(instance, declaration.reconcile_compensation),
     )
     return _journaled(sagacity, call, reason, here)
+
+
+def _bound(instance: object, given: Any) -> Any:
+    """A stage's reconciler found on the workflow's instance, as `by` is (then checked)."""
+    if isinstance(given, str):
+        return getattr(instance, given, given)
+    bound = getattr(instance, getattr(given, "__name__", ""), None)
+    return bound if given is not None and getattr(bound, "__func__", None) is given else given
 
 
 def _journaled(
@@ -434,6 +446,8 @@ def _journaled(
     if declared.compensation is not None:
         sagacity._registry.register(declared.compensation)
     sagacity._registry.reserve(declared.name, here)
+    for reconciler in declared.reconcilers:  # asked about the stage's doubts, as for a tool
+        sagacity._reconciling.registry.register(reconciler)
     tool = SagaTool(
         sagacity,
         declared.func,
