@@ -15,7 +15,7 @@ import datetime
 import os
 import socket
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sagacity.journal import SideEffectJournal
 from sagacity.journal._lease import RELEASED, SagaLease, lease_time
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the summaries are the views'; the lease keeper needs none
 __all__ = [
     "OPEN_STATUSES",
     "STALLED",
+    "LeaseReader",
     "Worker",
     "holder_gone",
     "is_stalled",
@@ -152,6 +153,15 @@ def is_stalled(summary: SagaSummary, worker: Worker | None) -> bool:
     return summary.status == "OPEN" and worker is not None and not worker.live
 
 
+@runtime_checkable
+class LeaseReader(Protocol):
+    """A journal that reads its lease rows without taking anything (SQLite, memory)."""
+
+    def read_leases(self, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
+        """The lease rows of `saga_ids` (those that have one)."""
+        ...
+
+
 def leases_of(journal: SideEffectJournal, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
     """The lease rows of `saga_ids` (those that have one), read without taking anything.
 
@@ -159,15 +169,10 @@ def leases_of(journal: SideEffectJournal, saga_ids: Sequence[str]) -> dict[str, 
     would take over a dead holder's saga. A journal of another kind, or a database
     without the table, gives none: the views then say no live worker is known.
     """
-    from sagacity.journal import InMemoryJournal, SqliteJournal
-
     if not saga_ids:
         return {}
-    if isinstance(journal, InMemoryJournal):
-        with journal._lock:
-            return {s: journal._leases[s] for s in saga_ids if s in journal._leases}
-    if isinstance(journal, SqliteJournal):
-        return _sqlite_leases(journal, saga_ids)
+    if isinstance(journal, LeaseReader):
+        return journal.read_leases(saga_ids)
     if type(journal).__name__ == "PostgresJournal":  # imported only where psycopg is
         return _postgres_leases(journal, saga_ids)
     return {}
@@ -175,27 +180,6 @@ def leases_of(journal: SideEffectJournal, saga_ids: Sequence[str]) -> dict[str, 
 
 def _lease(saga_id: str, owner: str, token: int, expires_at: datetime.datetime) -> SagaLease:
     return SagaLease(saga_id=saga_id, owner=owner, token=token, expires_at=expires_at)
-
-
-def _sqlite_leases(journal: object, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
-    import sqlite3
-
-    found: dict[str, SagaLease] = {}
-    with journal._lock:  # type: ignore[attr-defined]
-        for start in range(0, len(saga_ids), 500):  # under SQLite's 999 parameters
-            chunk = list(saga_ids[start : start + 500])
-            query = (
-                "SELECT saga_id, owner, token, expires_at FROM sagacity_lease WHERE saga_id "
-                f"IN ({', '.join('?' for _ in chunk)})"
-            )
-            try:
-                rows = journal._cursor.execute(query, chunk).fetchall()  # type: ignore[attr-defined]
-            except sqlite3.Error:  # a database made before leases: none to show
-                return {}
-            for saga_id, owner, token, expires in rows:
-                when = datetime.datetime.fromisoformat(expires)
-                found[saga_id] = _lease(saga_id, owner, token, when)
-    return found
 
 
 def _postgres_leases(journal: object, saga_ids: Sequence[str]) -> dict[str, SagaLease]:

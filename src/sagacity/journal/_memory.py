@@ -6,6 +6,7 @@ import bisect
 import dataclasses
 import datetime
 import threading
+from collections.abc import Sequence
 
 from sagacity._ids import require_id, require_lookup
 from sagacity.errors import AppendConflictError, SerializationError
@@ -218,6 +219,11 @@ class InMemoryJournal:
         with self._lock:
             if self._leases.get(lease.saga_id, lease).token == lease.token:
                 self._leases[lease.saga_id] = dataclasses.replace(lease, expires_at=RELEASED)
+
+    def read_leases(self, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
+        """The leases of `saga_ids` (those that have one), read without taking anything."""
+        with self._lock:
+            return {s: self._leases[s] for s in saga_ids if s in self._leases}
 
     def _check_fence(self, lease: SagaLease) -> None:
         held = self._leases.get(lease.saga_id)
