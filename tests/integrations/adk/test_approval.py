@@ -11,15 +11,18 @@ from typing import Any
 
 import pytest
 from google.adk.events import Event
+from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 
 from sagacity import (
     ApprovalHashMismatchError,
     ApprovalMissingError,
     ApprovalToolMismatchError,
+    Reversibility,
     Sagacity,
     SagaOutcome,
     SagaResult,
+    compensable,
     verify,
 )
 from sagacity.integrations.adk import (
@@ -327,3 +330,35 @@ class TestAttacks:
 
         assert orders.calls["delete_account"] == 0
         assert phases(sagacity.history(SAGA))[-1] == ("REFUSED", "delete_account", "call-2")
+
+
+class Ledger:
+    """An IRREVERSIBLE tool that takes ADK's context itself."""
+
+    def __init__(self) -> None:
+        self.closed: list[tuple[str, str | None]] = []
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    def close_period(self, period: str, tool_context: ToolContext) -> str:
+        """Close an accounting period for good."""
+        self.closed.append((period, tool_context.function_call_id))
+        return f"closed {period}"
+
+
+class TestContextTakingTool:
+    async def test_its_approval_hashes_the_models_arguments_alone(self, sagacity: Sagacity) -> None:
+        """The request's input leaves ADK's context out; approved, the call gets the context."""
+        ledger = Ledger()
+        desk = Desk(
+            scripted([("close_period", "call-2", {"period": "2026-11"})]),
+            function_tools(sagacity, ledger),
+        )
+        paused, session = await pause(sagacity, desk)
+        (request,) = paused.pending
+        assert request.input == {"period": "2026-11"}
+
+        sagacity.approve(SAGA, approver="alice", expected_sha256=request.input_sha256)
+        resumed = await resume(sagacity, desk, session)
+
+        assert resumed.outcome is SagaOutcome.COMPLETED
+        assert ledger.closed == [("2026-11", "call-2")]

@@ -79,16 +79,16 @@ def as_function_tool(tool: SagaTool) -> FunctionTool:
     Raises:
         ConfigurationError: The tool's annotations cannot be resolved.
     """
-    function, journaled, context_name = _tool_function(tool)
+    function, journaled, context_name, passes_context = _tool_function(tool)
     if tool.reversibility is Reversibility.IRREVERSIBLE:
-        policy = _ConfirmationPolicy(journaled, context_name)
+        policy = _ConfirmationPolicy(journaled, context_name, passes_context=passes_context)
         # ADK awaits an async policy (FunctionTool._invoke_callable); its hint says bool.
         return FunctionTool(function, require_confirmation=typing.cast(Any, policy))
     return FunctionTool(function)
 
 
-def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str]:
-    """Return the function for `FunctionTool`, the tool it calls, and its context's name.
+def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str, bool]:
+    """The function for `FunctionTool`, the tool it calls, its context, and if the tool takes it.
 
     The function has the tool's name, docstring, annotations and signature, with a
     `ToolContext` parameter added unless the tool takes ADK's context itself (its value
@@ -140,7 +140,7 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str]:
     call.__annotations__ = hints
     # inspect.signature() reads __signature__: ADK derives the declaration from it.
     call.__dict__["__signature__"] = signature
-    return call, journaled, context_name
+    return call, journaled, context_name, passes_context
 
 
 class _ConfirmationPolicy:
@@ -151,9 +151,10 @@ class _ConfirmationPolicy:
     again before it runs it.
     """
 
-    def __init__(self, tool: SagaTool, context_name: str) -> None:
+    def __init__(self, tool: SagaTool, context_name: str, *, passes_context: bool) -> None:
         self.tool = tool
         self.context_name = context_name
+        self.passes_context = passes_context
 
     async def __call__(self, *args: Any, **kwargs: Any) -> bool:
         """True while sagacity has no usable approval for this call.
@@ -172,7 +173,7 @@ class _ConfirmationPolicy:
         """
         context = kwargs[self.context_name]
         call_id = _call_id(context)
-        if self.tool.excluded:
+        if self.passes_context:
             call_args = kwargs  # the tool takes the context: the call passes it on
         else:
             call_args = {k: v for k, v in kwargs.items() if k != self.context_name}
