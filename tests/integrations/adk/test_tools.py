@@ -247,6 +247,28 @@ class TestCallIds:
         assert seen is not None
         assert seen.call_id == intent.call_id
 
+    async def test_a_hostile_call_id_is_refused_and_nothing_runs(self, sagacity: Sagacity) -> None:
+        """A model's call id holding a newline and a bidi control: REFUSED, the tool not run.
+
+        The saga fails on it and ends COMPENSATED, naming the character.
+        """
+        orders = Orders()
+        desk = Desk(
+            scripted([("reserve_inventory", "evil\u202eid\n", {"sku": "SKU-1"})]),
+            function_tools(sagacity, orders),
+        )
+        session = await desk.new_session()
+
+        result = await sagacity.asaga("ids-2", lambda: desk.turn(session, "reserve"))
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert orders.log == []
+        assert phases(sagacity.history("ids-2")) == [
+            ("REFUSED", "reserve_inventory", None),
+            ("ENDED", None, None),
+        ]
+        assert "U+000A" in str(result.error)
+
 
 class TestDoc:
     def test_the_page_names_the_pinned_range(self) -> None:
