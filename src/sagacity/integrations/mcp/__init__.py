@@ -38,7 +38,7 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
 
 from sagacity.integrations.mcp._control import COMPENSATE_TOOL, END_TOOL, SagaEnding
 from sagacity.integrations.mcp._end import end_saga
-from sagacity.integrations.mcp._proxied import Compensate
+from sagacity.integrations.mcp._proxied import Compensate, Reconcile
 from sagacity.integrations.mcp._proxy import mcp_proxy
 from sagacity.integrations.mcp._proxy_server import ProxyServer
 from sagacity.integrations.mcp._sagas import PROCESS_TOKEN
@@ -82,6 +82,7 @@ __all__ = [
     "EndSagaResult",
     "IsErrorPolicy",
     "ProxyServer",
+    "Reconcile",
     "SagaEnding",
     "SagaExtension",
     "SagaOf",

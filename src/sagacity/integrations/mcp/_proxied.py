@@ -18,6 +18,7 @@ from typing import Any
 from mcp import Client
 from mcp.types import CallToolResult, Tool
 
+from sagacity import Evidence, ReconcileContext, Reconciled
 from sagacity.annotations import Reversibility
 from sagacity.compensation import CompensationContext
 from sagacity.errors import ConfigurationError
@@ -30,10 +31,44 @@ from sagacity.integrations.mcp._upstream import (
 from sagacity.integrations.mcp._wire import IsErrorPolicy, UpstreamToolError
 from sagacity.saga import Sagacity
 
-__all__ = ["Compensate", "CompensationArgs", "ProxiedTool", "bind_tools"]
+__all__ = ["Compensate", "CompensationArgs", "ProxiedTool", "Reconcile", "bind_tools"]
 
 CompensationArgs = Callable[[dict[str, Any], CallToolResult], Mapping[str, Any]]
 """Maps a call's input and its upstream result to the arguments of the undoing tool."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Reconcile:
+    """How to find out whether a call in doubt took effect: ask another upstream tool.
+
+    ```python
+    Reconcile(tool="get_charge", args=lambda call_input, ctx: {"key": call_input["key"]})
+    ```
+
+    The tool must only read. Its answer becomes the verdict: by `verdict` when given;
+    else an `isError` result is *unknown*, a result with no content and no structured
+    content *did not land*, and any other *landed*, the lookup's result standing in for
+    the call's (the `Compensate.args` of the call then reads it). The answer's JSON is the
+    evidence (reference `<tool>`, its SHA-256).
+    """
+
+    tool: str
+    """The upstream tool that looks the call up."""
+    args: Callable[[dict[str, Any], ReconcileContext], Mapping[str, Any]] | None = None
+    """Builds its arguments from the call's journaled input and the context (its call
+    id, the idempotency key); None passes the call's input unchanged."""
+    verdict: Callable[[CallToolResult], Reconciled] | None = None
+    """Turns its result into the verdict; None: the rule above."""
+    timeout: float = 30.0
+    """Seconds the lookup may take before the doubt is left to a human."""
+
+
+def _default_verdict(result: CallToolResult) -> Reconciled:
+    if result.is_error:
+        return Reconciled.unknown("the lookup answered with an error")
+    if not result.content and not result.structured_content:
+        return Reconciled.did_not_land()
+    return Reconciled.landed(result)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -52,6 +87,8 @@ class Compensate:
     result (the journaled `CallToolResult`); None passes the call's input unchanged."""
     reversibility: Reversibility = Reversibility.COMPENSATABLE
     """REVERSIBLE or COMPENSATABLE: recorded in the journal for reviewers."""
+    reconcile: Reconcile | None = None
+    """How to find out whether a call in doubt took effect; None: a human settles it."""
 
     def __post_init__(self) -> None:
         if self.reversibility is Reversibility.IRREVERSIBLE:
@@ -88,6 +125,7 @@ class ProxiedTool:
         """What an upstream `isError` result of the tool does to the saga."""
         self.forward = self._forwarding_function()
         self.undo = self._undoing_function()
+        self.reconcile = self._reconciling_function()
 
     def refuse_rebinding(self, upstream_name: str, upstream: Connection) -> None:
         """Refuse to point this journal name at another tool, server or open connection.
@@ -183,6 +221,27 @@ class ProxiedTool:
 
         undo.__name__ = undo.__qualname__ = f"undo_{self.name}"
         return undo
+
+    def _reconciling_function(self) -> Callable[[ReconcileContext], Any]:
+        async def reconcile(ctx: ReconcileContext) -> Reconciled:
+            declared = self.compensate.reconcile if self.compensate is not None else None
+            if declared is None:
+                return Reconciled.unknown(f"tool {self.name!r} has no Reconcile in this process")
+            arguments = (
+                dict(ctx.input)
+                if declared.args is None
+                else dict(declared.args(dict(ctx.input), ctx))
+            )
+            client = await self._client(self.upstream)
+            answer = await client.call_tool(declared.tool, arguments)
+            found = (declared.verdict or _default_verdict)(answer)
+            if found.evidence is None:
+                sent = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+                found = dataclasses.replace(found, evidence=Evidence.of(declared.tool, sent))
+            return found
+
+        reconcile.__name__ = reconcile.__qualname__ = f"reconcile_{self.name}"
+        return reconcile
 
 
 _proxied_lock = threading.Lock()

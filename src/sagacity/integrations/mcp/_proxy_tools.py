@@ -94,9 +94,14 @@ class ProxiedTools:
         proxied.on_error = self.is_error.get(tool.name, "result" if read_only else "fail")
         if tool.name in self.compensations:
             declared = self.compensations[tool.name]
-            compensable(by=proxied.undo, reversibility=declared.reversibility, name=proxied.name)(
-                proxied.forward
-            )
+            lookup = declared.reconcile
+            compensable(
+                by=proxied.undo,
+                reversibility=declared.reversibility,
+                name=proxied.name,
+                reconcile=None if lookup is None else proxied.reconcile,
+                reconcile_timeout=30.0 if lookup is None else lookup.timeout,
+            )(proxied.forward)
         elif read_only:
             compensable(
                 by=_nothing_to_undo, reversibility=Reversibility.REVERSIBLE, name=proxied.name
@@ -138,6 +143,10 @@ def _check_configuration(
         ("read_only", read_only),
         ("is_error", set(is_error)),
         ("a Compensate(tool=...)", {c.tool for c in compensations.values()}),
+        (
+            "a Reconcile(tool=...)",
+            {c.reconcile.tool for c in compensations.values() if c.reconcile is not None},
+        ),
     ):
         unknown = sorted(names - upstream_names)
         if unknown:
