@@ -293,7 +293,11 @@ class Appender:
                     head.quiet_needed = _CONTENDED_STREAK
                 elif head.quiet_needed > 0:
                     head.quiet_needed -= 1
-        return self.done(entry, fast=False, append=append)
+        # The function checked the token under the saga's lock: a takeover since would
+        # journal TAKEN_OVER after this entry, so the head is fenced by it, as after a
+        # checked INSERT (an entry of a saga with no entries included: once it has one,
+        # a takeover journals the marker).
+        return self.done(entry, fast=False, append=append, checked=append.fence is not None)
 
     def _conflict(self, append: Append) -> None:
         """Another writer took the seq: count it, and queue on the saga's lock a while."""
@@ -408,9 +412,10 @@ class Appender:
         """Count the append and move the saga's head to it.
 
         A fast append follows the head it was sealed on, so the head keeps its token;
-        one whose `INSERT` `checked` the token leaves the head fenced by it, unless this
-        journal let the token go. A locked append leaves no token: the next one is
-        checked. ENDED frees the lease: its token is let go.
+        one whose token was `checked` (by its `INSERT`, or by the locked path's function)
+        leaves the head fenced by it, unless this journal let the token go. An unfenced
+        locked append leaves no token: the next fenced one is checked. ENDED frees the
+        lease: its token is let go.
         """
         token = append.token()
         with self.guard:
