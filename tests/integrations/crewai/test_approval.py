@@ -14,7 +14,7 @@ from crewai.hooks import (
     register_before_tool_call_hook,
 )
 
-from sagacity import ApprovalError, ApprovalMissingError, Sagacity, SagaOutcome
+from sagacity import ApprovalError, ApprovalMissingError, SagaBusyError, Sagacity, SagaOutcome
 from tests.integrations.crewai._crew import PATHS, Shop, crew, model_of, phases, shop_tools
 
 WIRE = {"amount": 900, "to": "ACME"}
@@ -209,3 +209,35 @@ class TestWaitingInTheCall:
             result = sagacity.saga("pay-7", built.kickoff)
         assert result.outcome is SagaOutcome.AWAITING_APPROVAL
         assert shop.effects == [("reserve", "A", 1)]
+
+    def test_a_rejection_waits_for_the_run_and_then_compensates(self, sqlite_url: str) -> None:
+        """A reject while the call waits is refused (the crew holds the saga); later it undoes."""
+        shop = Shop()
+        refused: list[Exception] = []
+        with Sagacity.from_url(sqlite_url) as sagacity, Sagacity.from_url(sqlite_url) as human:
+            stop = threading.Event()
+
+            def rejecter() -> None:
+                while not stop.is_set():
+                    pending = human.pending("pay-8")
+                    if pending:
+                        with pytest.raises(SagaBusyError) as busy:
+                            human.reject("pay-8", approver="bob", reason="no")
+                        refused.append(busy.value)
+                        return
+                    stop.wait(0.05)
+
+            thread = threading.Thread(target=rejecter)
+            thread.start()
+            built = crew(shop_tools(sagacity, shop, approval_wait=2), BEFORE, path="native")
+            try:
+                result = sagacity.saga("pay-8", built.kickoff)
+            finally:
+                stop.set()
+                thread.join()
+            rejected = sagacity.reject("pay-8", approver="bob", reason="no")
+
+        assert len(refused) == 1
+        assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+        assert rejected.outcome is SagaOutcome.COMPENSATED
+        assert shop.effects == [("reserve", "A", 1), ("release", "res-A-1")]
