@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from sagacity._ids import require_id, require_name
-from sagacity._reconcile import check_evidence
+from sagacity._reconcile import ReconcileSubject, check_evidence
 from sagacity._reconciling import Reconciling, settle_call, settle_compensation
 from sagacity.journal import JournalEntry, SideEffectJournal
 
@@ -104,6 +104,12 @@ class DoubtSettling:
                 reason=reason,
                 evidence=found,
             )
+
+    def has_reconciler(
+        self, tool_name: str, subject: ReconcileSubject = ReconcileSubject.CALL
+    ) -> bool:
+        """Whether a tool wrapped here declares a reconciler for its calls (or compensations)."""
+        return self._reconciling.registry.get(tool_name, subject) is not None
 
     def reconcile(self, saga_id: str) -> list[JournalEntry]:
         """Ask the reconcilers wrapped here about the saga's doubts now; return the verdicts.

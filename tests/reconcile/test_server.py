@@ -49,6 +49,17 @@ class TestJsonApi:
         assert doubt["reconciled"]["verdict"] == "unknown"
         assert doubt["reconciled"]["failure"] == "raised"
         assert doubt["reconciled"]["decided_by"] == "reconciler:charge"
+        assert doubt["reconciler_here"] is True
+
+    def test_a_doubt_nothing_here_can_settle_says_so(self, tmp_path: Path) -> None:
+        """A server that wraps no tools: no verdict, and `reconciler_here` false."""
+        with Sagacity.from_url(f"sqlite:///{tmp_path / 'bare.db'}") as bare:
+            bare.journal.append(
+                "s", Phase.INTENT, tool_name="charge", call_id="c", payload={"input": {}}
+            )
+            with TestClient(create_app(bare, token_auth())) as client:
+                (doubt,) = client.get("/sagacity/doubts", headers=VIEWER).json()
+                assert (doubt["reconciled"], doubt["reconciler_here"]) == (None, False)
 
     def test_a_saga_lists_its_verdicts_with_evidence(self, client: TestClient) -> None:
         """GET /sagas/{id}: `verdicts`, each with who decided and the evidence."""

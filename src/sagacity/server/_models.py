@@ -298,7 +298,10 @@ class DoubtModel(_Model):
     reconciled: dict[str, Any] | None = None
     """The last verdict of the tool's reconciler on it (verdict, decided_by, evidence, the
     failure of one that raised or timed out); null when no reconciler has answered."""
+    reconciler_here: bool = False
+    """Whether this server's process wraps the tool with a reconciler for it (`--tools`):
+    false with no verdict means nothing here can find out; a human must."""
 
     @classmethod
-    def of(cls, doubt: InDoubtCall) -> DoubtModel:
-        return cls.model_validate(doubt.to_json())
+    def of(cls, doubt: InDoubtCall, reconciler_here: bool = False) -> DoubtModel:
+        return cls.model_validate(doubt.to_json() | {"reconciler_here": reconciler_here})

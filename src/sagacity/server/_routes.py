@@ -16,6 +16,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Query
 from fastapi.responses import StreamingResponse
 
+from sagacity import ReconcileSubject
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
 from sagacity._lease_view import STALLED, is_stalled, workers_of
@@ -308,7 +309,8 @@ def api_router(
         if saga_id is not None:
             _saga(saga_id)
         return [
-            DoubtModel.of(d) for d in list_doubts(sagacity.journal, saga_id=saga_id, limit=limit)
+            DoubtModel.of(d, sagacity.has_reconciler(d.tool_name, ReconcileSubject(d.kind)))
+            for d in list_doubts(sagacity.journal, saga_id=saga_id, limit=limit)
         ]
 
     @api.get(

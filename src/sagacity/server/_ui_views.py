@@ -11,6 +11,7 @@ from urllib.parse import quote
 
 import orjson
 
+from sagacity import ReconcileSubject
 from sagacity._history import payload_of
 from sagacity._ids import require_id
 from sagacity._lease_view import Worker, is_stalled, workers_of
@@ -205,7 +206,13 @@ def saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
             for item in items
         ],
         "doubts": doubts,
-        "doubt_verdicts": [verdict_text(doubt.reconciled) for doubt in doubts],
+        "doubt_verdicts": [
+            verdict_text(doubt.reconciled)
+            if doubt.reconciled is not None
+            or sagacity.has_reconciler(doubt.tool_name, ReconcileSubject(doubt.kind))
+            else "none is declared in this server's process: a human settles it"
+            for doubt in doubts
+        ],
         "verdicts": [
             f"{found['subject']} {found['call_id']}: {verdict_text(found)}"
             for found in findings(entries)
