@@ -144,6 +144,11 @@ class Resumer(Protocol):
 
     Whatever the resumer raises ends the saga as a raising `work` does (compensated);
     the worker logs it and goes on with the next saga.
+
+    A resumer with a true `takes_lease` attribute resumes the saga under its lease itself
+    (`sagacity.workflows.WorkflowResumer` calls `WorkflowRuntime.resume`): the worker calls
+    it outside any saga, once the journal says the decision waits, and the saga's lease
+    inside it keeps a second worker from resuming it too.
     """
 
     def __call__(self, decision: Decision, /) -> object:

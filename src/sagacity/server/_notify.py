@@ -1,4 +1,4 @@
-"""A webhook for new approval requests: signed, retried, and never on the tool call's path.
+"""A webhook for approval requests and their decisions: signed, retried, off the call's path.
 
 `WebhookNotifier` is an `on_approval_request` hook. Calling it only puts the request on
 a bounded queue and returns; one background thread POSTs each request's JSON
@@ -10,6 +10,12 @@ a bounded queue and returns; one background thread POSTs each request's JSON
     webhook-timestamp: <Unix seconds of this attempt>
     webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">
     X-Sagacity-Event: approval.requested
+
+`announce_decisions(sagacity)` also delivers every decision made from then on, read from
+the journal wherever it was made (`Decision.to_json()`; event `approval.approved`,
+`approval.rejected`, `approval.edited` or `approval.expired`; webhook-id
+`msg_<request id>.<outcome>`, the same from every process that announces it, so a
+receiver that refuses a replayed id gets each decision once).
 
 The secret is the spec's `whsec_` and the base64 of the key, so any Standard Webhooks
 library verifies a delivery; the timestamp lets a receiver refuse an old one, and the
@@ -38,11 +44,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 import orjson
 
+from sagacity._decisions import Decision
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sagacity.saga import Sagacity
+    from sagacity.worker import DecisionEvents
 
 __all__ = ["WebhookNotifier", "sign_body"]
 
@@ -102,6 +114,7 @@ class _Delivery:
     request_id: str
     tool_name: str
     body: bytes
+    event: str = _EVENT
 
 
 class WebhookNotifier:
@@ -151,6 +164,7 @@ class WebhookNotifier:
         """How many were given up on after every retry, or dropped on a full queue."""
         self._thread = threading.Thread(target=self._run, name="sagacity-webhook", daemon=True)
         self._thread.start()
+        self._followers: list[tuple[DecisionEvents, threading.Thread]] = []
 
     def __call__(self, request: ApprovalRequest) -> None:
         """Queue `request` for delivery and return at once; never raises."""
@@ -178,6 +192,61 @@ class WebhookNotifier:
             self._failed()
             _log.exception("webhook: cannot queue request %s", request.request_id)
 
+    def decided(self, decision: Decision) -> None:
+        """Queue `decision` for delivery and return at once; never raises."""
+        self._queued(
+            _Delivery(
+                webhook_id=f"msg_{decision.request_id}.{decision.outcome.value}",
+                saga_id=decision.saga_id,
+                request_id=decision.request_id,
+                tool_name=decision.tool,
+                body=orjson.dumps(decision.to_json()),
+                event=f"approval.{decision.outcome.value}",
+            )
+        )
+
+    def announce_decisions(
+        self, sagacity: Sagacity, *, poll_interval: float | None = None, listen: bool | None = None
+    ) -> None:
+        """Deliver every decision made in `sagacity`'s journal from now on, until `close()`.
+
+        A background thread follows the journal (`sagacity.worker.DecisionEvents`: LISTEN
+        on PostgreSQL, a cheap poll on SQLite), so a decision made in any process (the CLI,
+        another server, a framework's own "no") is announced. Run it in one process, or
+        in several: each decision's webhook-id is the same from all of them.
+        """
+        from sagacity.worker import DecisionEvents
+
+        events = DecisionEvents(sagacity, poll_interval=poll_interval, listen=listen)
+
+        def follow() -> None:
+            try:
+                for decision in events.follow():
+                    self.decided(decision)
+            except Exception:  # the journal went away: say so, the requests stay listed
+                if not self._closed.is_set():
+                    _log.exception("webhook: stopped announcing decisions")
+
+        thread = threading.Thread(target=follow, name="sagacity-webhook-decisions", daemon=True)
+        self._followers.append((events, thread))
+        thread.start()
+
+    def _queued(self, delivery: _Delivery) -> None:
+        try:
+            if self._closed.is_set():
+                _log.warning("webhook closed: %s %s not sent", delivery.event, delivery.request_id)
+                return
+            self._queue.put_nowait(delivery)
+        except queue.Full:
+            self._failed()
+            _log.warning(
+                "webhook queue full: %s of saga %r request %s not sent to %s",
+                delivery.event,
+                delivery.saga_id,
+                delivery.request_id,
+                self.url,
+            )
+
     def _failed(self) -> None:
         with self._count:  # callers' threads and the delivery thread both count
             self.failed += 1
@@ -186,6 +255,9 @@ class WebhookNotifier:
         """Stop taking notifications; deliver what is queued for up to `timeout` seconds."""
         if self._closed.is_set():
             return
+        for events, thread in self._followers:
+            events.close()
+            thread.join(timeout)
         self._closed.set()
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout)
@@ -225,7 +297,7 @@ class WebhookNotifier:
             _log.warning(
                 "webhook %s: %s of saga %r request %s, attempt %d failed: %s",
                 self.url,
-                _EVENT,
+                delivery.event,
                 delivery.saga_id,
                 delivery.request_id,
                 attempts,
@@ -234,9 +306,10 @@ class WebhookNotifier:
         self._failed()
         _log.error(
             "webhook %s: gave up on %s of saga %r request %s (tool %r, %s) after %d "
-            "attempt(s); last: %s. The request is pending: GET /sagacity/approvals lists it",
+            "attempt(s); last: %s. The journal holds it: GET /sagacity/approvals and "
+            "/sagacity/sagas list it",
             self.url,
-            _EVENT,
+            delivery.event,
             delivery.saga_id,
             delivery.request_id,
             delivery.tool_name,
@@ -256,7 +329,7 @@ class WebhookNotifier:
             "webhook-signature": sign_body(
                 self._secret, delivery.body, webhook_id=delivery.webhook_id, timestamp=timestamp
             ),
-            "X-Sagacity-Event": _EVENT,
+            "X-Sagacity-Event": delivery.event,
         }
         post = urllib.request.Request(self.url, data=delivery.body, headers=headers, method="POST")
         try:

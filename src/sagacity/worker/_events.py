@@ -59,7 +59,9 @@ class DecisionEvents:
         listen: bool | None = None,
     ) -> None:
         self.sagacity = sagacity
+        self._listen = listen
         self.watch = open_watch(sagacity.journal, listen=listen)
+        self._watches: set[JournalWatch] = set()
         self.poll_interval = poll_interval or default_poll_interval(self.watch)
         self._closed = threading.Event()
         self._expiries_read: datetime.datetime | None = None
@@ -73,7 +75,8 @@ class DecisionEvents:
     def close(self) -> None:
         """Stop every wait and release the watch's connections."""
         self._closed.set()
-        self.watch.interrupt()
+        for watch in (self.watch, *self._watches):
+            watch.interrupt()
         self.watch.close()
 
     def _log(self) -> DecisionLog:
@@ -153,23 +156,35 @@ class DecisionEvents:
     def follow(self, *, timeout: float | None = None) -> Iterator[Decision]:
         """Yield each decision made from now on, in every saga, as it lands.
 
-        Stops when `timeout` seconds pass without one (None: never, until `close()`).
-        Expiries are yielded when their time comes, for requests still stored.
+        "Now" is this call, not the first `next()`. Stops when `timeout` seconds pass
+        without one (None: never, until `close()`). Expiries are yielded when their time
+        comes, for requests still stored. Each follower watches the journal on its own.
         """
         started = self.sagacity.now()
+        watch = open_watch(self.sagacity.journal, listen=self._listen)
+        self._watches.add(watch)
+        watch.changed()  # what is there already is not news
+        return self._following(watch, started, timeout)
+
+    def _following(
+        self, watch: JournalWatch, started: datetime.datetime, timeout: float | None
+    ) -> Iterator[Decision]:
         seen: set[tuple[str, str, str]] = set()
-        self.watch.changed()  # what is there already is not news
         quiet_since = time.monotonic()
-        while not self._closed.is_set():
-            fresh = self._fresh(self.watch.changed() | self._expiring(), started, seen)
-            if fresh:
-                yield from fresh
-                quiet_since = time.monotonic()
-                continue
-            left = None if timeout is None else timeout - (time.monotonic() - quiet_since)
-            if left is not None and left <= 0:
-                return
-            self.watch.wait(self.poll_interval if left is None else min(left, self.poll_interval))
+        try:
+            while not self._closed.is_set():
+                fresh = self._fresh(watch.changed() | self._expiring(), started, seen)
+                if fresh:
+                    yield from fresh
+                    quiet_since = time.monotonic()
+                    continue
+                left = None if timeout is None else timeout - (time.monotonic() - quiet_since)
+                if left is not None and left <= 0:
+                    return
+                watch.wait(self.poll_interval if left is None else min(left, self.poll_interval))
+        finally:
+            self._watches.discard(watch)
+            watch.close()
 
     async def afollow(self, *, timeout: float | None = None) -> AsyncIterator[Decision]:
         """`follow` from async code: each look runs on a worker thread."""

@@ -133,7 +133,8 @@ class PostgresWatch:
             conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, json.dumps({"probe": token})))
             deadline = time.monotonic() + _PROBE_WAIT
             while time.monotonic() < deadline:
-                for note in conn.notifies(timeout=deadline - time.monotonic(), stop_after=1):
+                left = deadline - time.monotonic()
+                for note in list(conn.notifies(timeout=max(left, 0.0), stop_after=1)):
                     if json.loads(note.payload).get("probe") == token:
                         self._conn = conn
                         return True
@@ -173,11 +174,13 @@ class PostgresWatch:
                 self._stop.wait(min(left, _SLICE))
                 continue
             try:
-                for note in conn.notifies(timeout=min(left, _SLICE), stop_after=1):
+                # Each generator holds the connection's lock until it is exhausted: list it.
+                notes = list(conn.notifies(timeout=min(left, _SLICE), stop_after=1))
+                if notes:
+                    notes += list(conn.notifies(timeout=0.0))  # those already here
                     with self._lock:
-                        self._take(note.payload)
-                        for more in conn.notifies(timeout=0.0):  # those already here
-                            self._take(more.payload)
+                        for note in notes:
+                            self._take(note.payload)
                     return True
             except psycopg.Error as error:
                 logger.warning(

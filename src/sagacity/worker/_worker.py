@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from sagacity._decisions import WORK, Decision, Resumer
 from sagacity._history import SagaHistory
-from sagacity._resume_decision import DecisionResume
+from sagacity._resume_decision import DecisionResume, is_async_resumer
 from sagacity.errors import ConfigurationError, SagaBusyError, SagacityError
 from sagacity.worker._events import default_poll_interval
 from sagacity.worker._health import WorkerHealth, write_health
 from sagacity.worker._watch import JournalWatch, open_watch
+from sagacity.workflows._resumer import WorkflowResumer
+from sagacity.workflows._work import WORKFLOW
 
 if TYPE_CHECKING:
     from sagacity.saga import Sagacity
@@ -103,6 +105,7 @@ class Worker:
         self.health_file = None if health_file is None else os.fspath(health_file)
         self.rescan_interval = rescan_interval
         self._resume = DecisionResume(sagacity)
+        self._workflows = WorkflowResumer(sagacity)
         self._stopping = threading.Event()
         self._watch: JournalWatch | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -121,14 +124,21 @@ class Worker:
     def resumer_for(self, decision: Decision) -> Resumer | None:
         """The resumer that continues `decision`'s saga; None for the stored call.
 
+        In order: the mapping's entry of the decision's resumer name; for a workflow gate
+        (`"workflow"`), a `WorkflowResumer` over the runtimes of this process; the one
+        resumer given; for plain code (`"work"`), None: the approved call runs with its
+        stored input.
+
         Raises:
-            LookupError: A mapping was given and has no resumer of the decision's name.
+            LookupError: No resumer continues sagas paused under the decision's name.
         """
-        if self._single is not None:
-            return self._single
         found = self._named.get(decision.resumer)
-        if found is not None or decision.resumer == WORK:
+        if found is not None:
             return found
+        if decision.resumer == WORKFLOW:
+            return self._workflows
+        if self._single is not None or decision.resumer == WORK:
+            return self._single
         raise LookupError(
             f"saga {decision.saga_id!r}: request {decision.request_id} was paused by "
             f"{decision.resumer!r}, and this worker has no resumer of that name (it has "
@@ -221,6 +231,18 @@ class Worker:
         resumer = self.resumer_for(decision)
         self._resuming = saga_id
         try:
+            if getattr(resumer, "takes_lease", False):
+                assert resumer is not None
+                self._call_outside(resumer, decision)
+                self._resumed += 1
+                logger.info(
+                    "saga %r: request %s %s; resumed by %r",
+                    saga_id,
+                    decision.request_id,
+                    decision.outcome.value,
+                    decision.resumer,
+                )
+                return True
             if self._resume.needs_async(decision, resumer):
                 if self._loop is None:
                     self._loop = asyncio.new_event_loop()
@@ -242,6 +264,15 @@ class Worker:
         return True
 
     # -- internals -----------------------------------------------------------------------
+
+    def _call_outside(self, resumer: Resumer, decision: Decision) -> None:
+        """Call a resumer that takes the saga's lease itself, outside any saga."""
+        if is_async_resumer(resumer):
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+            self._loop.run_until_complete(resumer(decision))  # type: ignore[arg-type]
+        else:
+            resumer(decision)
 
     def _work_through(self, sagas: set[str]) -> None:
         order = list(sagas)

@@ -21,6 +21,7 @@ from sagacity.workflows._declare import (
     workflow,
 )
 from sagacity.workflows._gating import GATE_TIMEOUT_APPROVER
+from sagacity.workflows._resumer import WorkflowResumer
 from sagacity.workflows._runtime import WorkflowRuntime, pending_gates
 from sagacity.workflows._state import (
     CheckFailedError,
@@ -41,6 +42,7 @@ __all__ = [
     "StageState",
     "StageStatus",
     "WorkflowHandle",
+    "WorkflowResumer",
     "WorkflowRuntime",
     "WorkflowStatus",
     "check",

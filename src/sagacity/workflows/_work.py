@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity._decisions import pausing_as
 from sagacity._history import payload_of
 from sagacity._scope import SagaScope, current_scope
 from sagacity.approval import ApprovalRequest
@@ -20,7 +21,11 @@ from sagacity.workflows._declare import CheckContext, CheckResult, StageCheck
 from sagacity.workflows._definition import START_CALL, StageDefinition, WorkflowDefinition
 from sagacity.workflows._state import CHECK_FAILED, CheckFailedError
 
-__all__ = ["awork_of", "work_of"]
+__all__ = ["WORKFLOW", "awork_of", "work_of"]
+
+WORKFLOW = "workflow"
+"""The resumer name a run's gates journal: `sagacity.Worker` continues the run with the
+runtime that has its workflow registered."""
 
 _PAUSED = object()
 """What a gated stage's call returns when the run pauses at its gate."""
@@ -32,6 +37,10 @@ def work_of(
     """The work of run `run_id`: returns the last output, or None when it paused."""
 
     def work() -> Any:
+        with pausing_as(WORKFLOW):
+            return steps()
+
+    def steps() -> Any:
         scope = _scope(run_id)
         definition.start.invoke((input_json,), call_id=START_CALL)
         value_json: JsonValue = input_json
@@ -63,6 +72,10 @@ def awork_of(
     """The async work of run `run_id`: async stages and checks are awaited."""
 
     async def work() -> Any:
+        with pausing_as(WORKFLOW):
+            return await steps()
+
+    async def steps() -> Any:
         scope = _scope(run_id)
         await definition.start.ainvoke((input_json,), call_id=START_CALL)
         value_json: JsonValue = input_json
