@@ -10,7 +10,9 @@ module and the package's public names). Application code does not need it.
   work returns, even if the framework swallowed it), `failed`, `closed` and `owner`
   (the `Sagacity`).
 - `Sagacity.join(saga_id)`: hold a saga open across requests; `SagaScope.entered()`
-  makes it the open saga for one request's calls.
+  makes it the open saga for one request's calls. `seal_for_replay(history)` turns the
+  history of a saga that ended after it paused into one that only replays (nothing can
+  be appended), for a scope that answers a client's resent call from the journal.
 - `payload_of(entry)`: an entry's payload as a dict (empty when it is not an object);
   `CONTROL_FLOW`: the FAILED kind of a framework's control-flow exit.
 
@@ -20,7 +22,9 @@ run other calls of the saga in other threads at the same time. From async code, 
 thread (`scope.gate(step)` runs a sync step so, alone among the saga's loop-side work).
 `finished_off_loop(step)` runs a sync step on a worker thread that a cancel waits for
 (`FinishedThenCancelled` carries what it returned); `entries_async(journal, saga_id)`
-reads a saga's journal from async code without blocking the loop.
+reads a saga's journal from async code without blocking the loop;
+`rebuild_arguments(func, input, tool_name=...)` turns a journaled (JSON) input back into
+the Python types of a tool's signature, for an adapter whose engine hands it JSON.
 
 `pausing_as(name)`: the approval requests asked inside the block journal `name` as the
 resumer that continues the paused run (`sagacity.Worker` picks its resumer by it); each
@@ -33,7 +37,9 @@ from sagacity._decisions import pausing_as
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope, current_scope
+from sagacity.approval._resume import seal_for_replay
 from sagacity.journal._protocol import entries_async
+from sagacity.journal._rebuild import rebuild_arguments
 
 __all__ = [
     "CONTROL_FLOW",
@@ -46,4 +52,6 @@ __all__ = [
     "finished_off_loop",
     "pausing_as",
     "payload_of",
+    "rebuild_arguments",
+    "seal_for_replay",
 ]

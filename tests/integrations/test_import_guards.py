@@ -39,6 +39,7 @@ class TestImportGuards:
             ("pydantic_ai", "pydantic_ai", "sagacity[pydantic-ai]"),
             ("mcp", "mcp", "sagacity[mcp]"),
             ("adk", "google", "sagacity[adk]"),
+            ("temporal", "temporalio", "sagacity[temporal]"),
         ],
     )
     def test_the_error_names_the_extra(self, adapter: str, blocked: str, extra: str) -> None:
