@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-crewai test-matrix test-latest lint types browser docs bench clean
+.PHONY: demo test test-crewai test-matrix test-latest lint types browser mcp-servers docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,8 +36,19 @@ browser:
 	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 	  || echo "chromium is not installed: the browser tests will skip (and fail under CI=true)"
 
+# The MCP proxy's tests run against real servers from npm (server-filesystem, server-everything)
+# and the MCP Inspector CLI, at the versions .npm-mcp/package-lock.json pins, installed into
+# .npm-mcp/node_modules once (never while the tests run).
+MCP_NPM := .npm-mcp/node_modules/.installed
+
+mcp-servers: $(MCP_NPM)
+
+$(MCP_NPM): .npm-mcp/package.json .npm-mcp/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "npm is not installed: the MCP tests of npm servers will skip (and fail under CI=true)"; exit 0; }; \
+	  cd .npm-mcp && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed
+
 # Three workers on two cores: many tests wait on subprocesses, servers and a browser.
-test: lint types browser
+test: lint types browser mcp-servers
 	$(BIN)/pytest -n 3 --dist loadfile
 	$(MAKE) test-crewai
 

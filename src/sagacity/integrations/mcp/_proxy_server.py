@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mcp import Client
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     CONNECTION_CLOSED,
@@ -32,6 +32,7 @@ from mcp.types import (
     PaginatedRequestParams,
     ReadResourceRequestParams,
     ReadResourceResult,
+    ServerCapabilities,
     Tool,
 )
 
@@ -43,6 +44,11 @@ from sagacity.integrations.mcp._control import (
     control_tools_listed,
 )
 from sagacity.integrations.mcp._end import handle_compensate_request, handle_end_request
+from sagacity.integrations.mcp._proxy_caps import (
+    attach_client_side,
+    declared_as_upstream,
+    upstream_capabilities,
+)
 from sagacity.integrations.mcp._sagas import ToolCall, open_sagas
 from sagacity.integrations.mcp._upstream import (
     Connection,
@@ -131,7 +137,7 @@ class ProxyServer(Server[Any]):
     ) -> ProxyServer:
         """The proxy's server, with a handler for each upstream capability it passes on."""
         handler = _Handlers(sagacity, proxied, connection, saga_of, elicit_approval)
-        capabilities = _capabilities(connection)
+        capabilities = upstream_capabilities(connection)
         passed: dict[str, Any] = {}
         if capabilities.get("resources") is not None:
             passed.update(
@@ -153,20 +159,34 @@ class ProxyServer(Server[Any]):
         server.connection = connection
         server.add_request_handler(END_METHOD, EndSagaParams, handler.end)
         server.add_request_handler(COMPENSATE_METHOD, EndSagaParams, handler.compensate)
+        attach_client_side(server, connection, logging="logging" in capabilities)
         server.extensions[EXTENSION_ID] = {}
         return server
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> ServerCapabilities:
+        """What the proxy serves, with the list changes and logging it relays from upstream.
+
+        So `proxy.create_initialization_options()`, with no argument, declares
+        `listChanged` where the upstream does and `logging` where it logs.
+        """
+        capabilities = super().get_capabilities(
+            notification_options,
+            experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+        return declared_as_upstream(capabilities, self.connection, protocol_version)
 
     async def aclose(self) -> None:
         """Close the upstream client this proxy opened (a `Client` you passed stays open)."""
         await self.connection.aclose()
-
-
-def _capabilities(connection: Connection) -> dict[str, Any]:
-    try:
-        declared = connection.client.server_capabilities
-    except RuntimeError:  # pragma: no cover - the client is open when the proxy is built
-        return {}
-    return declared.model_dump(exclude_none=True)
 
 
 class _Handlers:

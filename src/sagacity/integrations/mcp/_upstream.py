@@ -56,6 +56,19 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+RELAYS = frozenset({"sampling", "elicitation", "roots"})
+"""What the proxy can relay from its upstream to its client, and so declare upstream."""
+
+ROOTS_WAIT = 5.0
+"""Seconds a client's first request waits for an upstream that reads roots to read its."""
+
+ROOTS_FIRST_ASK = 1.0
+"""Seconds an upstream reopened with roots has to ask for them before a client's first
+request goes on: an upstream that reads roots (server-filesystem) asks at once."""
+
+COALESCE_SECONDS = 0.05
+"""List changes from one upstream within this time reach the proxy's clients once."""
+
 UpstreamFactory = Callable[[], Client]
 """Makes a new, not yet entered `mcp.Client` to the upstream server, each time it is called."""
 
@@ -138,6 +151,15 @@ class Connection:
         """Run after a new client is open: the proxy lists the tools again."""
         self.sessions: list[ServerSession] = []
         """The proxy's client sessions, newest last: where notifications are relayed."""
+        self.relays: frozenset[str] = frozenset()
+        """What the upstream client declares (sampling, elicitation, roots): nothing
+        until a client has connected, then what that client can answer (see `fit`)."""
+        self.asks_roots = False
+        """Whether the upstream has asked for roots: it reads them, so a client's are sent."""
+        self._roots_asked = asyncio.Event()
+        self._roots_answered = asyncio.Event()
+        self._fitting = asyncio.Lock()
+        self._changes: dict[type[Any], asyncio.Task[None]] = {}
 
     @property
     def is_open(self) -> bool:
@@ -167,6 +189,12 @@ class Connection:
             UpstreamUnavailableError: The upstream has gone and cannot be reached again
                 (no factory, or every attempt failed); nothing was sent.
         """
+        if self._fitting.locked():  # a client is connecting: the upstream is being fitted
+            async with self._fitting:
+                pass
+        changing = self._changes.get(ToolListChangedNotification)
+        if changing is not None:  # the upstream said its tools changed: list them first
+            await asyncio.shield(changing)
         if self.is_open:
             return self.client
         if self.factory is None:
@@ -212,8 +240,47 @@ class Connection:
             "again once the upstream is back"
         )
 
+    async def fit(self, session: ServerSession) -> None:
+        """A client has connected: fit the upstream to what it can answer, and its roots.
+
+        An owned upstream is reopened when the client cannot answer what it declares
+        (sampling, elicitation, roots), so that the upstream does not offer its tools or
+        behaviour on a capability no one answers; an upstream that reads roots is told
+        they changed, and the client's first request waits (up to `ROOTS_WAIT` seconds)
+        until it has read them, so that a narrower root applies from the first call.
+        """
+        self.note_session(session)
+        wanted = client_relays(session)
+        async with self._fitting:
+            self._roots_asked.clear()
+            self._roots_answered.clear()
+            if self.owned and wanted != self.relays:
+                self.relays = wanted
+                async with self._reconnecting:
+                    await self._reconnect()
+                logger.info(
+                    "upstream server %r reopened declaring %s, as its client does",
+                    self.server_name,
+                    ", ".join(sorted(wanted)) or "no client capability",
+                )
+                if "roots" in wanted and not self.asks_roots:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._roots_asked.wait(), ROOTS_FIRST_ASK)
+            elif "roots" in wanted and self.asks_roots and self.is_open:
+                await self.client.send_roots_list_changed()
+            if "roots" in wanted and self.asks_roots:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._roots_answered.wait(), ROOTS_WAIT)
+
+    async def roots_changed(self) -> None:
+        """The proxy's client says its roots changed: tell an upstream that reads them."""
+        if "roots" in self.relays and self.is_open:
+            await self.client.send_roots_list_changed()
+
     async def aclose(self) -> None:
         """Close the client this connection opened, if it opened one."""
+        for change in list(self._changes.values()):
+            change.cancel()  # nothing to relay to once closed
         keeper, self._keeper = self._keeper, None
         if keeper is not None:
             await keeper.close()
@@ -252,6 +319,8 @@ class Connection:
 
     async def relay_roots(self, context: ClientRequestContext) -> ListRootsResult | ErrorData:
         """Ask the proxy's client for its roots, for the upstream."""
+        self.asks_roots = True
+        self._roots_asked.set()
         session = self._target()
         if session is None:
             return _no_client("roots")
@@ -259,6 +328,8 @@ class Connection:
             return await session.send_request(ListRootsRequest(), ListRootsResult)
         except Exception as error:
             return ErrorData(code=INTERNAL_ERROR, message=f"the proxy's client: {error}")
+        finally:
+            self._roots_answered.set()  # answered or refused: the client's request goes on
 
     async def relay_log(self, params: LoggingMessageNotificationParams) -> None:
         """Pass an upstream log message on to the proxy's client."""
@@ -274,16 +345,32 @@ class Connection:
                 )
 
     async def relay_message(self, message: IncomingMessage) -> None:
-        """Relay list changes to every client of the proxy; the tools are listed again."""
-        if isinstance(message, ToolListChangedNotification):
-            if self.on_reconnect is not None:
-                try:
-                    await self.on_reconnect()
-                except Exception:  # a new tool that cannot be journaled is not listed
-                    logger.exception("listing the tools of %r again failed", self.server_name)
-            await self.notify_all(ToolListChangedNotification())
-        elif isinstance(message, ResourceListChangedNotification | PromptListChangedNotification):
-            await self.notify_all(type(message)())
+        """Relay list changes to every client of the proxy, each burst once.
+
+        A burst of one kind (an upstream that restarts sends several) is relayed once,
+        `COALESCE_SECONDS` after its first; for tools, after listing them again.
+        """
+        if isinstance(
+            message,
+            ToolListChangedNotification
+            | ResourceListChangedNotification
+            | PromptListChangedNotification,
+        ):
+            kind = type(message)
+            if kind not in self._changes:
+                self._changes[kind] = asyncio.create_task(self._relay_change(kind))
+
+    async def _relay_change(self, kind: type[Any]) -> None:
+        try:
+            await asyncio.sleep(COALESCE_SECONDS)
+        finally:
+            del self._changes[kind]
+        if kind is ToolListChangedNotification and self.on_reconnect is not None:
+            try:
+                await self.on_reconnect()
+            except Exception:  # a new tool that cannot be journaled is not listed
+                logger.exception("listing the tools of %r again failed", self.server_name)
+        await self.notify_all(kind())
 
     async def notify_all(
         self,
@@ -317,15 +404,31 @@ def _no_client(feature: str) -> ErrorData:
     )
 
 
+def client_relays(session: ServerSession) -> frozenset[str]:
+    """What the proxy's client can answer of what the proxy relays."""
+    declared = session.client_capabilities
+    if declared is None:
+        return frozenset()
+    return frozenset(name for name in RELAYS if getattr(declared, name, None) is not None)
+
+
 def relaying_client(client: Client, connection: Connection) -> Client:
-    """`client` with the proxy's relays in the callbacks it leaves unset."""
+    """`client` with the proxy's relays in the callbacks it leaves unset.
+
+    Sampling, elicitation and roots are relayed (and so declared to the upstream) only
+    as far as `connection.relays` says: what the proxy's client can answer.
+    """
     relays: dict[str, Any] = {
-        "sampling_callback": connection.relay_sampling,
-        "elicitation_callback": connection.relay_elicitation,
-        "list_roots_callback": connection.relay_roots,
         "logging_callback": connection.relay_log,
         "message_handler": connection.relay_message,
     }
+    wanted = connection.relays
+    if "sampling" in wanted:
+        relays["sampling_callback"] = connection.relay_sampling
+    if "elicitation" in wanted:
+        relays["elicitation_callback"] = connection.relay_elicitation
+    if "roots" in wanted:
+        relays["list_roots_callback"] = connection.relay_roots
     unset = {name: relay for name, relay in relays.items() if getattr(client, name) is None}
     return dataclasses.replace(client, **unset) if unset else client
 
