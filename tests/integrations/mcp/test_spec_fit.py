@@ -85,7 +85,7 @@ class TestEverything:
         return [*npm_command("mcp-server-everything"), "stdio"]
 
     async def test_the_proxy_declares_what_it_relays(self, everything: list[str]) -> None:
-        """listChanged as the upstream declares it, and logging, also in the documented call."""
+        """It declares listChanged as the upstream does, and logging, in the documented call too."""
         async with stdio(everything) as direct:
             upstream = direct.server_capabilities
         async with proxied(everything) as proxy, Client(proxy, mode="legacy") as client:
@@ -140,7 +140,7 @@ class TestEverything:
     async def test_the_client_sees_the_tools_it_would_see_directly(
         self, everything: list[str], capable: bool
     ) -> None:
-        """Sampling, elicitation and roots are declared upstream only as the client declares them."""
+        """Sampling, elicitation and roots are declared upstream only as the client does."""
         callbacks: dict[str, Any] = (
             {
                 "sampling_callback": sample,
@@ -178,9 +178,10 @@ class TestFilesystemRoots:
         ):
             allowed = text(await client.call_tool("list_allowed_directories", {}))
             for _ in range(200):  # the server applies the roots it read after answering
-                if str(wide.resolve()) + "\n" not in allowed + "\n" and str(
-                    narrow.resolve()
-                ) in allowed:
+                if (
+                    str(wide.resolve()) + "\n" not in allowed + "\n"
+                    and str(narrow.resolve()) in allowed
+                ):
                     break
                 await anyio.sleep(0.05)
                 allowed = text(await client.call_tool("list_allowed_directories", {}))
