@@ -9,12 +9,17 @@ from sagacity import (
     CompensationContext,
     CompensationReport,
     CurrentCall,
+    Evidence,
     JournalEntry,
+    ReconcileContext,
+    Reconciled,
+    ReconcileSubject,
     Reversibility,
     Sagacity,
     SagaOutcome,
     SagaResult,
     SagaTool,
+    Verdict,
     VerificationReport,
     compensable,
     compensation,
@@ -59,3 +64,34 @@ async def use_async(sagacity: Sagacity) -> SagaResult:
         return 1
 
     return await sagacity.asaga("s-2", work)
+
+
+class Reconciling:
+    """A tool that says how to find out whether its call, or its undo, took effect."""
+
+    @compensable(by="refund", reconcile="find", reconcile_compensation="find", reconcile_timeout=5)
+    def charge(self, amount: str) -> str:
+        return amount
+
+    def refund(self, ctx: CompensationContext) -> None: ...
+
+    def find(self, ctx: ReconcileContext) -> Reconciled:
+        evidence: Evidence = Evidence.of(ctx.call_id, {"amount": ctx.input.get("amount")})
+        if ctx.subject is ReconcileSubject.COMPENSATION:
+            return Reconciled.unknown("refunds cannot be looked up", evidence=evidence)
+        verdict: Reconciled = Reconciled.landed(f"ch-{ctx.attempt}", evidence=evidence)
+        return verdict if verdict.verdict is Verdict.LANDED else Reconciled.did_not_land()
+
+
+def settle_by_hand(sagacity: Sagacity) -> JournalEntry:
+    verdicts: list[JournalEntry] = sagacity.reconcile("order-1")
+    assert sagacity.has_reconciler("charge", ReconcileSubject.CALL) or not verdicts
+    return sagacity.resolve(
+        "order-1",
+        "charge#1",
+        executed=True,
+        result="ch-1",
+        by="ops",
+        evidence="ch-1",
+        evidence_sha256="0" * 64,
+    )
