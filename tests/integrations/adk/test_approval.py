@@ -362,3 +362,61 @@ class TestContextTakingTool:
 
         assert resumed.outcome is SagaOutcome.COMPLETED
         assert ledger.closed == [("2026-11", "call-2")]
+
+
+class TestTwoCallsInOneTurn:
+    async def test_each_runs_once_when_approved_and_confirmed(self, sagacity: Sagacity) -> None:
+        """Two IRREVERSIBLE calls in one turn, both paused: approved and confirmed, both run."""
+        orders = Orders()
+        desk = Desk(
+            scripted(
+                [
+                    ("send_wire_transfer", "c-1", WIRE_INPUT),
+                    ("delete_account", "c-2", {"account": "acct-7"}),
+                ]
+            ),
+            function_tools(sagacity, orders),
+        )
+        paused, session = await pause(sagacity, desk)
+        assert sorted(r.call_id for r in paused.pending) == ["c-1", "c-2"]
+        for request in paused.pending:
+            sagacity.approve(SAGA, approver="alice", request_id=request.request_id)
+        stored = await desk.session(session)
+        parts = [
+            part
+            for call_id in ("c-1", "c-2")
+            for part in confirmation_message(stored, call_id).parts or []
+        ]
+
+        resumed = await sagacity.aresume_saga(
+            SAGA, lambda: desk.turn(session, types.Content(role="user", parts=parts))
+        )
+
+        assert resumed.outcome is SagaOutcome.COMPLETED
+        assert sorted(orders.log) == ["delete acct-7", "wire 900.00 to ACME"]
+        assert (orders.calls["send_wire_transfer"], orders.calls["delete_account"]) == (1, 1)
+
+    async def test_one_approved_and_confirmed_runs_and_the_other_waits(
+        self, sagacity: Sagacity
+    ) -> None:
+        """Only the wire approved and confirmed: it runs; the deletion still waits for both."""
+        orders = Orders()
+        desk = Desk(
+            scripted(
+                [
+                    ("send_wire_transfer", "c-1", WIRE_INPUT),
+                    ("delete_account", "c-2", {"account": "acct-7"}),
+                ]
+            ),
+            function_tools(sagacity, orders),
+        )
+        paused, session = await pause(sagacity, desk)
+        (wire,) = [r for r in paused.pending if r.call_id == "c-1"]
+        sagacity.approve(SAGA, approver="alice", request_id=wire.request_id)
+        message = confirmation_message(await desk.session(session), "c-1")
+
+        resumed = await sagacity.aresume_saga(SAGA, lambda: desk.turn(session, message))
+
+        assert resumed.outcome is SagaOutcome.AWAITING_APPROVAL
+        assert orders.log == ["wire 900.00 to ACME"]
+        assert [r.call_id for r in resumed.pending] == ["c-2"]

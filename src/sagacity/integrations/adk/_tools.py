@@ -31,12 +31,23 @@ from google.adk.tools.tool_context import ToolContext
 
 from sagacity.adapter import FinishedThenCancelled, current_scope, finished_off_loop, pausing_as
 from sagacity.annotations import Reversibility
-from sagacity.errors import ApprovalError, ConfigurationError, NoSagaError
+from sagacity.errors import (
+    ApprovalError,
+    ApprovalMissingError,
+    ConfigurationError,
+    InDoubtError,
+    NoSagaError,
+    ReplayMismatchError,
+)
+from sagacity.integrations.adk._confirm import REQUEST_CONFIRMATION
 from sagacity.integrations.adk._resumer import RESUMER
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
 __all__ = ["CONFIRMATION_SOURCE", "as_function_tool", "function_tools"]
+
+_REFUSALS = (ApprovalError, InDoubtError, ReplayMismatchError)
+"""What sagacity's approval check raises instead of letting a call run."""
 
 CONFIRMATION_SOURCE = "adk ToolConfirmation"
 """The `source` of the REJECTED entry journaled for a call an ADK `ToolConfirmation`
@@ -125,13 +136,25 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str, b
     async def call(*args: Any, **kwargs: Any) -> Any:
         context = kwargs[context_name] if passes_context else kwargs.pop(context_name)
         call_id = _call_id(context)
-        if journaled.is_async or not _threaded(context):
-            return await journaled.ainvoke(args, kwargs, call_id=call_id)
         try:
-            return await finished_off_loop(lambda: journaled.invoke(args, kwargs, call_id=call_id))
-        except FinishedThenCancelled as cancelled:
-            # The call ran to its end and is journaled; the caller gets a plain cancel.
-            raise asyncio.CancelledError(*cancelled.args) from cancelled
+            with pausing_as(RESUMER):
+                if journaled.is_async or not _threaded(context):
+                    return await journaled.ainvoke(args, kwargs, call_id=call_id)
+                try:
+                    return await finished_off_loop(
+                        lambda: journaled.invoke(args, kwargs, call_id=call_id)
+                    )
+                except FinishedThenCancelled as cancelled:
+                    # The call ran to its end and is journaled; the caller gets a plain cancel.
+                    raise asyncio.CancelledError(*cancelled.args) from cancelled
+        except ApprovalMissingError:
+            # Confirmed in ADK, not approved in sagacity. Raised, the call gets no answer,
+            # so ADK keeps its confirmation request open: approve, and confirm again.
+            raise
+        except ApprovalError as refusal:
+            if current_scope() is None:
+                raise
+            return _refused(refusal)
 
     call.__name__ = tool.name
     call.__qualname__ = getattr(tool.func, "__qualname__", tool.name)
@@ -160,16 +183,14 @@ class _ConfirmationPolicy:
         """True while sagacity has no usable approval for this call.
 
         The first time a call is seen this journals AWAITING_APPROVAL and stores the
-        request. A `ToolConfirmation` with `confirmed=False` is journaled REJECTED, and
-        answers True: ADK then tells the model the call was rejected. Outside a saga the
-        answer is True: should a confirmation let the call run, it raises `NoSagaError`.
-
-        Raises:
-            ApprovalError: A check refused the call (another tool or input under an
-                approved id, a rejected request): journaled REFUSED once, and raised
-                before ADK runs anything, as a failing tool's error is.
-            ReplayMismatchError: The call id ran before with another tool or input.
-            InDoubtError: The call id ran before, and its outcome is unknown.
+        request. When a confirmation resumes a call sagacity asked about, the answer is
+        True without asking again: the call's own approval check decides, once, when ADK
+        runs it. A `ToolConfirmation` with
+        `confirmed=False` is journaled REJECTED, and answers True: ADK then tells the model
+        the call was rejected. A refusal (another tool under an asked id, an id that ran
+        before with other input) is journaled REFUSED and answers True: sagacity raises it
+        when the saga's work returns. Outside a saga the answer is True: should a
+        confirmation let the call run, it raises `NoSagaError`.
         """
         context = kwargs[self.context_name]
         call_id = _call_id(context)
@@ -191,6 +212,16 @@ class _ConfirmationPolicy:
                     reason=_reason(confirmation.payload),
                 )
             return True
+        scope = current_scope()
+        if scope is not None and call_id is not None and _confirming(context):
+            await scope.settled()  # the history is read under the scope's lock
+            with scope.lock:
+                asked = call_id in scope.history.asked
+            if asked:
+                # A confirmation resumes a call sagacity asked about: ADK may run it, and
+                # the call's own approval check decides, once (asking here as well would
+                # journal a refusal at each of ADK's checks).
+                return True
         try:
             with pausing_as(RESUMER):
                 waiting = await self.tool.apending_approval(args, call_args, call_id=call_id)
@@ -198,7 +229,33 @@ class _ConfirmationPolicy:
             # Outside a saga ADK holds the call for confirmation; should a confirmation
             # let it run, the call raises NoSagaError itself.
             return True
+        except _REFUSALS:
+            # Journaled REFUSED, and raised when the saga's work returns. ADK holds the
+            # call; should a confirmation let it run, the call is refused again.
+            return True
         return waiting is not None
+
+
+def _refused(refusal: ApprovalError) -> dict[str, str]:
+    """What the model is told of a call sagacity refused for good; nothing ran.
+
+    Raised, the refusal would make ADK cancel the calls of the same turn that are still
+    running (an approved one among them, left in doubt); sagacity raises it when the
+    saga's work returns instead.
+    """
+    return {"error": f"sagacity refused this call, and it did not run: {refusal}"}
+
+
+def _confirming(context: Any) -> bool:
+    """Whether ADK is resuming this call with a `ToolConfirmation` (or checking one)."""
+    if getattr(context, "tool_confirmation", None) is not None:
+        return True
+    user_content = getattr(context, "user_content", None)
+    parts = getattr(user_content, "parts", None) or []
+    return any(
+        part.function_response is not None and part.function_response.name == REQUEST_CONFIRMATION
+        for part in parts
+    )
 
 
 def _reason(payload: object) -> str:
