@@ -40,6 +40,7 @@ class TestImportGuards:
             ("mcp", "mcp", "sagacity[mcp]"),
             ("adk", "google", "sagacity[adk]"),
             ("temporal", "temporalio", "sagacity[temporal]"),
+            ("dbos", "dbos", "sagacity[dbos]"),
         ],
     )
     def test_the_error_names_the_extra(self, adapter: str, blocked: str, extra: str) -> None:

@@ -34,9 +34,10 @@ except ImportError as error:  # pragma: no cover - exercised with the extra miss
     ) from error
 
 from sagacity.integrations.temporal._activities import SagaActivities
-from sagacity.integrations.temporal._decision import TEMPORAL, DecisionRelay
+from sagacity.integrations.temporal._decision import DecisionRelay
 from sagacity.integrations.temporal._wire import (
     DECISION_SIGNAL,
+    TEMPORAL,
     CallInput,
     CallOutput,
     EndOutput,

@@ -1,49 +1,43 @@
 """Temporal activities that journal a saga's calls: one per wrapped tool, and three more.
 
 Each activity joins its saga through the journal (the workflow's id is the saga id): it
-takes the saga's lease, reads the journal, runs one call and lets the lease go. Nothing is
-held in a worker's memory between activities, so the activities of one saga may land on
-any worker on any machine that shares the journal.
+takes the saga's lease, reads the journal, runs one call and lets the lease go
+(`integrations._engine`). Nothing is held in a worker's memory between activities, so the
+activities of one saga may land on any worker on any machine that shares the journal.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from sagacity.adapter import SagaHistory, pausing_as, payload_of, rebuild_arguments
-from sagacity.approval import ApprovalRequest
-from sagacity.errors import (
-    InDoubtError,
-    LeaseLostError,
-    SagaBusyError,
-    SagacityError,
-    SagaNotFoundError,
-    SerializationError,
+from sagacity.errors import InDoubtError, LeaseLostError, SagaBusyError, SagacityError
+from sagacity.integrations._engine import (
+    CallNotRunError,
+    Ended,
+    compensate_saga,
+    complete_saga,
+    decision_of,
+    run_call,
 )
-from sagacity.integrations.temporal._decision import TEMPORAL, decision_of
 from sagacity.integrations.temporal._wire import (
     COMPENSATE_ACTIVITY,
     COMPLETE_ACTIVITY,
     DECISION_ACTIVITY,
+    TEMPORAL,
     CallInput,
     CallOutput,
     DecisionInput,
     EndOutput,
 )
-from sagacity.journal import to_json
-from sagacity.saga import Sagacity, SagaResult
+from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
-from sagacity.worker import DecisionEvents
 
 __all__ = ["BUSY", "IN_DOUBT", "TOOL_FAILED", "SagaActivities"]
-
-_log = logging.getLogger("sagacity.temporal")
 
 BUSY = "SagaBusy"
 """The error type of an activity that found its saga held by another worker: retried."""
@@ -70,7 +64,7 @@ class SagaActivities:
     runs on an event loop of the activity's own thread.
     """
 
-    def __init__(self, sagacity: Sagacity, tools: Iterable[SagaTool]) -> None:
+    def __init__(self, sagacity: Sagacity, tools: Iterable[object]) -> None:
         self.sagacity = sagacity
         self.tools = {tool.name: tool for tool in sagacity.wrap(*tools)}
 
@@ -79,8 +73,6 @@ class SagaActivities:
         """Every activity, for `Worker(activities=...)`."""
         calls = [self._tool_activity(tool) for tool in self.tools.values()]
         return [*calls, self._complete(), self._compensate(), self._decision()]
-
-    # -- one call ----------------------------------------------------------------------
 
     def _tool_activity(self, tool: SagaTool) -> Callable[[CallInput], CallOutput]:
         @activity.defn(name=tool.name)
@@ -104,120 +96,66 @@ class SagaActivities:
                 type="SagacityWrongTool",
                 non_retryable=True,
             )
-        asked: list[ApprovalRequest] = []
-        try:
-            with self.sagacity.join(saga_id) as scope, scope.entered(), pausing_as(TEMPORAL):
-                kwargs = _arguments(tool, call, scope.history, where)
-                if tool.is_async:
-                    result = asyncio.run(
-                        tool.ainvoke(
-                            (), kwargs, call_id=call.call_id, on_approval_needed=asked.append
-                        )
-                    )
-                else:
-                    result = tool.invoke(
-                        (), kwargs, call_id=call.call_id, on_approval_needed=asked.append
-                    )
-        except ApplicationError:
-            raise
-        except (SagaBusyError, LeaseLostError) as error:
-            raise ApplicationError(f"{where}: {error}", type=BUSY) from error
-        except InDoubtError as error:
-            raise ApplicationError(
-                f"{where}: {error}", type=IN_DOUBT, non_retryable=True
-            ) from error
-        except SagacityError as error:
-            raise ApplicationError(
-                f"{where}: {error}", type=type(error).__name__, non_retryable=True
-            ) from error
-        except Exception as error:
-            raise ApplicationError(
-                f"{where} failed: {type(error).__name__}: {error}",
-                type=TOOL_FAILED,
-                non_retryable=True,
-            ) from error
-        if asked:
-            return CallOutput(request_id=asked[0].request_id)
-        return CallOutput(result=to_json(result, where=f"{where} result"))
-
-    # -- the saga's end ----------------------------------------------------------------
+        with _errors(where):
+            ran = run_call(
+                self.sagacity,
+                saga_id,
+                tool,
+                call_id=call.call_id,
+                arguments=call.arguments,
+                approved=call.approved is not None,
+                resumer=TEMPORAL,
+            )
+        return CallOutput(result=ran.result, request_id=ran.request_id)
 
     def _complete(self) -> Callable[[], EndOutput]:
         @activity.defn(name=COMPLETE_ACTIVITY)
         def complete() -> EndOutput:
-            return self.complete(_saga_id())
+            return self._end(complete_saga)
 
         return complete
-
-    def complete(self, saga_id: str) -> EndOutput:
-        """End a saga whose workflow returned: COMPLETED, unless a call failed or is in doubt.
-
-        A failed call, or one that may have run with no outcome known, compensates the
-        saga instead (the in-doubt ones listed, never undone). An ended saga answers
-        its recorded outcome.
-        """
-        try:
-            history = SagaHistory.of(saga_id, self.sagacity.history(saga_id))
-            if history.ended is not None:
-                return EndOutput(outcome=str(history.outcome))
-            if history.has_failed_call() or any(
-                history.may_have_run(call) for call in history.calls.values()
-            ):
-                return _ended(self.sagacity.compensate(saga_id))
-            return _ended(self.sagacity.saga(saga_id, _nothing))
-        except (SagaBusyError, LeaseLostError) as error:
-            raise ApplicationError(f"saga {saga_id!r}: {error}", type=BUSY) from error
 
     def _compensate(self) -> Callable[[], EndOutput]:
         @activity.defn(name=COMPENSATE_ACTIVITY)
         def compensate() -> EndOutput:
-            return self.compensate(_saga_id())
+            return self._end(compensate_saga)
 
         return compensate
 
-    def compensate(self, saga_id: str) -> EndOutput:
-        """Run the saga's compensation walk: in reverse, each compensation at most once.
-
-        Run again (a retried activity, a new worker), the walk skips what the journal
-        says is compensated already.
-        """
-        try:
-            return _ended(self.sagacity.compensate(saga_id))
-        except SagaNotFoundError:
-            return EndOutput(outcome="COMPENSATED", detail="no call of the saga was journaled")
-        except (SagaBusyError, LeaseLostError) as error:
-            raise ApplicationError(f"saga {saga_id!r}: {error}", type=BUSY) from error
-
-    # -- approval ----------------------------------------------------------------------
+    def _end(self, how: Callable[[Sagacity, str], Ended]) -> EndOutput:
+        saga_id = _saga_id()
+        with _errors(f"saga {saga_id!r}"):
+            ended = how(self.sagacity, saga_id)
+        return EndOutput(outcome=ended.outcome, detail=ended.detail)
 
     def _decision(self) -> Callable[[DecisionInput], str]:
         @activity.defn(name=DECISION_ACTIVITY)
         def decision(asked: DecisionInput) -> str:
-            saga_id = _saga_id()
-            history = SagaHistory.of(saga_id, self.sagacity.history(saga_id))
-            with DecisionEvents(self.sagacity, listen=False) as events:  # read, not waited on
-                return decision_of(events, history, asked.call_id)
+            return decision_of(self.sagacity, _saga_id(), asked.call_id)
 
         return decision
 
 
-def _arguments(tool: SagaTool, call: CallInput, history: SagaHistory, where: str) -> dict[str, Any]:
-    """The call's keyword arguments: the workflow's, or, once approved, the request's."""
-    arguments = call.arguments
-    if call.approved is not None:
-        asked = history.asked.get(call.call_id)
-        if asked is None:
-            raise ApplicationError(
-                f"{where}: the journal has no approval request for the call",
-                type="SagacityNoRequest",
-                non_retryable=True,
-            )
-        arguments = payload_of(asked).get("input") or {}
+@contextmanager
+def _errors(where: str) -> Iterator[None]:
+    """Turn what a step raised into the Temporal error that says whether to retry it."""
     try:
-        return rebuild_arguments(tool.func, arguments, tool_name=tool.name)
-    except SerializationError as error:
+        yield
+    except (SagaBusyError, LeaseLostError) as error:
+        raise ApplicationError(f"{where}: {error}", type=BUSY) from error
+    except InDoubtError as error:
+        raise ApplicationError(f"{where}: {error}", type=IN_DOUBT, non_retryable=True) from error
+    except CallNotRunError as error:
+        raise ApplicationError(str(error), type="SagacityBadInput", non_retryable=True) from error
+    except SagacityError as error:
         raise ApplicationError(
-            f"{where}: {error}", type="SagacityBadInput", non_retryable=True
+            f"{where}: {error}", type=type(error).__name__, non_retryable=True
+        ) from error
+    except Exception as error:
+        raise ApplicationError(
+            f"{where} failed: {type(error).__name__}: {error}",
+            type=TOOL_FAILED,
+            non_retryable=True,
         ) from error
 
 
@@ -232,19 +170,3 @@ def _saga_id() -> str:
             non_retryable=True,
         )
     return workflow_id
-
-
-def _nothing() -> None:
-    """The work of a saga ended by its workflow: its calls ran in earlier activities."""
-
-
-def _ended(result: SagaResult) -> EndOutput:
-    detail = ""
-    report = result.compensation
-    if report is not None:
-        detail = str(report)
-    if result.error is not None:
-        detail = f"{type(result.error).__name__}: {result.error}" + (
-            f"; {detail}" if detail else ""
-        )
-    return EndOutput(outcome=result.outcome.value, detail=detail)

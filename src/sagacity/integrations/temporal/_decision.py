@@ -1,8 +1,7 @@
-"""Decisions for Temporal workflows: read from the journal, and relayed as signals.
+"""Decisions relayed to Temporal workflows as signals, as soon as they are journaled.
 
-The workflow asks the journal (`sagacity.decision` activity, `decision_of`) and is woken
-by a signal (`DecisionRelay`) as soon as a decision is journaled. The signal is a hint:
-a workflow that misses it learns the decision at its next poll.
+The signal is a hint: a workflow asks the journal itself (the `sagacity.decision`
+activity), and one that misses a signal learns the decision at its next poll.
 """
 
 from __future__ import annotations
@@ -13,37 +12,13 @@ import logging
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from sagacity.adapter import SagaHistory, payload_of
-from sagacity.integrations.temporal._wire import DECISION_SIGNAL
+from sagacity.integrations.temporal._wire import DECISION_SIGNAL, TEMPORAL
 from sagacity.saga import Sagacity
-from sagacity.worker import Decision, DecisionEvents, DecisionOutcome
+from sagacity.worker import Decision, DecisionEvents
 
-__all__ = ["TEMPORAL", "DecisionRelay", "decision_of"]
-
-TEMPORAL = "temporal"
-"""The resumer name a Temporal activity's approval requests journal (`pausing_as`)."""
+__all__ = ["DecisionRelay"]
 
 _log = logging.getLogger("sagacity.temporal")
-
-_ANSWERS = {
-    DecisionOutcome.APPROVED: "approved",
-    DecisionOutcome.REJECTED: "rejected",
-    DecisionOutcome.EXPIRED: "expired",
-}
-
-
-def decision_of(events: DecisionEvents, history: SagaHistory, call_id: str) -> str:
-    """approved, rejected, expired or pending: the decision on the call's newest request.
-
-    An edited request is pending: its replacement, the call's newest request now, waits
-    for its own approvals.
-    """
-    asked = history.asked.get(call_id)
-    if asked is None:
-        return "pending"
-    request_id = payload_of(asked).get("request_id")
-    found = [d for d in events.decisions(history.saga_id) if d.request_id == request_id]
-    return _ANSWERS.get(found[-1].outcome, "pending") if found else "pending"
 
 
 class DecisionRelay:

@@ -14,6 +14,7 @@ __all__ = [
     "COMPLETE_ACTIVITY",
     "DECISION_ACTIVITY",
     "DECISION_SIGNAL",
+    "TEMPORAL",
     "CallInput",
     "CallOutput",
     "DecisionInput",
@@ -28,6 +29,8 @@ DECISION_ACTIVITY = "sagacity.decision"
 """The read-only activity that asks the journal how a request was decided."""
 DECISION_SIGNAL = "sagacity.decision"
 """The signal that tells a waiting workflow a request was decided (a wake-up hint)."""
+TEMPORAL = "temporal"
+"""The resumer name a Temporal activity's approval requests journal (`pausing_as`)."""
 
 
 @dataclasses.dataclass(frozen=True)
