@@ -6,6 +6,7 @@ requests of one session (`Sagacity.join`).
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 from google.adk.utils._function_call_names import REQUEST_CONFIRMATION_FUNCTION_CALL_NAME
+from google.genai import types
 
 import sagacity.integrations.adk as adk
 from sagacity import (
@@ -31,7 +33,15 @@ from sagacity.integrations.adk import (
     confirmation_message,
     function_tools,
 )
-from tests.integrations.adk._agents import Desk, Orders, final_text, phases, scripted
+from tests.integrations.adk._agents import (
+    USER,
+    Desk,
+    Orders,
+    SwallowErrors,
+    final_text,
+    phases,
+    scripted,
+)
 
 TOOLS = [
     "reserve_inventory",
@@ -165,6 +175,42 @@ class TestCalls:
             (tool,) = [t for t in sagacity.wrap(Orders()) if t.name == "ship"]
             built = as_function_tool(tool)
         assert (built.name, built.description) == ("ship", "Hand the parcel to the courier.")
+
+
+class TestSyncRunner:
+    def test_runner_run_inside_a_sync_saga_is_journaled(self, sqlite_url: str) -> None:
+        """ADK's sync `Runner.run` inside `Sagacity.saga`: journaled, and compensated.
+
+        ADK runs the agent on a thread of its own, with the caller's context copied.
+        """
+        orders = Orders(ship_fails=True)
+        with Sagacity.from_url(sqlite_url) as sagacity:
+            desk = Desk(
+                scripted(
+                    [("reserve_inventory", "s-1", {"sku": "SKU-1"})],
+                    [("ship", "s-2", {"order_id": "o-1"})],
+                ),
+                function_tools(sagacity, orders),
+                plugins=[SwallowErrors()],
+            )
+            session = asyncio.run(desk.new_session())
+            message = types.Content(role="user", parts=[types.Part.from_text(text="ship")])
+
+            result = sagacity.saga(
+                "sync-1",
+                lambda: list(
+                    desk.runner.run(user_id=USER, session_id=session, new_message=message)
+                ),
+            )
+
+            assert result.outcome is SagaOutcome.COMPENSATED
+            assert orders.log == ["reserve SKU-1 x1", "release res-SKU-1-1"]
+            assert [p[0] for p in phases(sagacity.history("sync-1"))][:4] == [
+                "INTENT",
+                "EXECUTED",
+                "INTENT",
+                "FAILED",
+            ]
 
 
 class TestJoinAcrossRequests:
