@@ -25,10 +25,20 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, TypeVar
 
 from sagacity.errors import JournalError
+from sagacity.journal._cancels import (
+    RECORDS_AN_OUTCOME,
+    AppendWithdrawn,
+    CommittedThenCancelled,
+    cancel_of,
+    committed,
+    finished,
+    kept,
+    through_cancels,
+)
 from sagacity.journal._canonical import JsonValue
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._lease import SagaLease
@@ -36,13 +46,18 @@ from sagacity.journal._lease import SagaLease
 T = TypeVar("T")
 
 __all__ = [
+    "RECORDS_AN_OUTCOME",
     "AppendRequest",
     "AppendWithdrawn",
     "CommittedThenCancelled",
     "GroupCommit",
     "GroupStats",
     "Slots",
+    "cancel_of",
     "committed",
+    "finished",
+    "kept",
+    "through_cancels",
 ]
 
 
@@ -127,6 +142,18 @@ class Slots:
         self._started[self._tokens] = now
         return self._tokens
 
+    def start_if_idle(self, now: float) -> int | None:
+        """`start` when no commit is in flight (then one may start); else None.
+
+        The path of an append that comes alone, in one call: with nothing in flight, a
+        commit may start whatever `most` and `fresh` are.
+        """
+        if self._started:
+            return None
+        self._tokens += 1
+        self._started[self._tokens] = now
+        return self._tokens
+
     def end(self, token: int) -> None:
         del self._started[token]
 
@@ -174,7 +201,10 @@ class GroupCommit:
         self._name = name
         self._slots = Slots(leaders, fresh)
         self._max_writers = max(1, min(writers, self._slots.most))
-        self._changed = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        """The condition's lock: the path of an append that comes alone takes it directly,
+        without the condition's Python-level wrappers."""
+        self._changed = threading.Condition(self._mutex)
         self._queue: list[_Pending] = []
         self._writers: list[threading.Thread] = []
         self._idle_writers = 0
@@ -195,6 +225,23 @@ class GroupCommit:
 
     def append(self, request: AppendRequest) -> JournalEntry:
         """Commit `request` from a sync caller; return its entry once it is durable."""
+        with self._mutex:
+            token = None if self._queue else self._slots.start_if_idle(time.monotonic())
+            if token is not None:
+                self._commits += 1
+        if token is not None:
+            try:
+                return self._one(request)  # alone: on this thread, as without group commit
+            finally:
+                with self._mutex:
+                    self._slots.end(token)
+                    if self._sleepers:
+                        # Wakes the callers queued meanwhile: one of them leads next.
+                        self._changed.notify_all()
+        return self._queued(request)
+
+    def _queued(self, request: AppendRequest) -> JournalEntry:
+        """Queue `request` behind the commits in flight, or lead it when one may start."""
         changed = self._changed
         with changed:
             now = time.monotonic()
@@ -207,7 +254,7 @@ class GroupCommit:
                 self._queue.append(pending)
         if pending is None:
             try:
-                return self._one(request)  # alone: on this thread, as without group commit
+                return self._one(request)  # a commit may start beside those in flight
             finally:
                 self._finished(token)
         future = pending.future
@@ -366,122 +413,3 @@ def _wake(woken: asyncio.Future[None], _: object) -> None:
 def _set_woken(woken: asyncio.Future[None]) -> None:
     if not woken.done():  # not cancelled meanwhile
         woken.set_result(None)
-
-
-class AppendWithdrawn(asyncio.CancelledError):
-    """The awaiting task was cancelled before its append's batch started: nothing was written."""
-
-
-class CommittedThenCancelled(asyncio.CancelledError):
-    """The awaiting task was cancelled while its append was committed; it was written."""
-
-    def __init__(self, entry: JournalEntry) -> None:
-        super().__init__(f"saga {entry.saga_id!r}: seq {entry.seq} was committed, then cancelled")
-        self.entry = entry
-        """The entry, durable in the journal."""
-
-
-RECORDS_AN_OUTCOME = frozenset(
-    {Phase.EXECUTED, Phase.FAILED, Phase.COMPENSATED, Phase.COMPENSATION_FAILED}
-)
-"""Phases whose entry says what happened: once asked for, never withdrawn by a cancel."""
-
-
-async def through_cancels(
-    awaitable: Awaitable[T],
-) -> tuple[asyncio.Future[T], asyncio.CancelledError | None]:
-    """Await `awaitable` to its end in a task of its own, whatever cancels its caller.
-
-    Returns the finished task and the last cancel that came meanwhile (None if none
-    did), for the caller to raise once it has what it must not lose. A canceller that
-    cancels again at every await (anyio's cancel scopes do) only makes this wait go
-    round: the task itself is not cancelled.
-    """
-    running = asyncio.ensure_future(awaitable)
-    cancelled: asyncio.CancelledError | None = None
-    while not running.done():
-        try:
-            await asyncio.shield(running)
-        except asyncio.CancelledError as error:
-            if running.cancelled():  # cancelled itself, with the loop
-                raise
-            cancelled = error
-        except Exception:
-            pass  # the task holds it
-    return running, cancelled
-
-
-async def finished(
-    awaitable: Awaitable[T],
-    then_cancelled: Callable[[T], asyncio.CancelledError],
-    cancelled: asyncio.CancelledError | None = None,
-) -> T:
-    """Await `awaitable` through any cancel (see `through_cancels`), and return its result.
-
-    Cancelled (now, or before, as `cancelled` says), it raises `then_cancelled(result)`,
-    or a plain `CancelledError` if `awaitable` failed: its error is the cancel's now.
-    """
-    done, again = await through_cancels(awaitable)
-    caught = again or cancelled
-    if caught is None:
-        return done.result()
-    if done.exception() is not None:
-        raise cancel_of(asyncio.CancelledError(), caught)
-    raise cancel_of(then_cancelled(done.result()), caught)
-
-
-async def kept(
-    appending: Awaitable[JournalEntry], cancelled: asyncio.CancelledError | None = None
-) -> JournalEntry:
-    """Await an append through any cancel: its fate comes first (see `finished`).
-
-    Cancelled, it raises `CommittedThenCancelled` with the entry, or a `CancelledError`
-    if the append failed: written or not, unknown.
-    """
-    return await finished(appending, CommittedThenCancelled, cancelled)
-
-
-def cancel_of(error: asyncio.CancelledError, caught: asyncio.CancelledError) -> BaseException:
-    """`error` to raise for the cancel `caught`, so that its canceller knows it as its own.
-
-    anyio, for one, recognizes its cancel by its message: a `CancelledError` whose message,
-    or that of one before it in a `__context__` chain of `CancelledError`s, starts with
-    its own. The chain alone does not last: a `raise` made while another exception is
-    handled, in this frame or up the stack (a tool's error, an error of the work's own),
-    chains to that one instead, as does a future's result raised again. So `error`'s
-    message starts with the message of `caught`, if it has one; and its `__context__` is
-    `caught` (raise it outside an `except` block to keep it).
-    """
-    cause = caught.args[0] if caught.args and isinstance(caught.args[0], str) else None
-    if cause is not None and not (error.args and str(error.args[0]).startswith(cause)):
-        error.args = (f"{cause}: {error.args[0]}", *error.args[1:]) if error.args else (cause,)
-    error.__context__ = caught
-    return error
-
-
-async def committed(
-    waiting: asyncio.Future[JournalEntry], withdraw: Callable[[], bool], *, phase: Phase
-) -> JournalEntry:
-    """Await a queued append's future without blocking the event loop.
-
-    Cancellation never leaves the caller guessing: an append whose batch has not
-    started is withdrawn (`AppendWithdrawn`: nothing is written), unless it records an
-    outcome, which is known and must not be lost; one already being committed is waited
-    for (a commit takes milliseconds), and `CommittedThenCancelled` carries its entry.
-    Both are `CancelledError`s, so the task ends cancelled as asked, and the caller,
-    which never sees the entry returned, does not act on it: a tool whose INTENT was
-    being committed is not started.
-
-    Args:
-        waiting: The append's future, which the loop's batch settles.
-        withdraw: Takes the append out of its queue if its batch has not started, and
-            says whether it did.
-        phase: The entry's phase: one that records an outcome is never withdrawn.
-    """
-    try:
-        return await asyncio.shield(waiting)
-    except asyncio.CancelledError as cancelled:
-        if phase not in RECORDS_AN_OUTCOME and withdraw():
-            raise cancel_of(AppendWithdrawn(), cancelled) from None
-        caught = cancelled
-    return await kept(waiting, caught)  # under way: waited for through any further cancel

@@ -16,13 +16,12 @@ from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase, seal
 from sagacity.journal._group import AppendRequest, GroupCommit, GroupStats
 from sagacity.journal._lease import SagaLease, lost
 from sagacity.journal._rows import row_of
+from sagacity.journal._sqlite_heads import Heads
 from sagacity.journal._sqlite_leases import SqliteLeaseTable
 from sagacity.journal._sqlite_reads import SqliteReader
 from sagacity.journal._sqlite_sql import HEAD, INSERT, INSERT_FENCED, TOKEN
 
 __all__ = ["SqliteJournal"]
-
-_MAX_REMEMBERED_HEADS = 10_000
 
 
 class SqliteJournal:
@@ -58,8 +57,8 @@ class SqliteJournal:
         self._conn = connect(path, busy_timeout_ms=busy_timeout_ms, create=create)
         self._cursor = self._conn.cursor()
         self._lock = threading.Lock()
-        self._heads: dict[str, tuple[int, str]] = {}
-        """The (seq, hash) this journal last appended, per saga; the primary key checks it."""
+        self._heads = Heads()
+        """The head this journal last appended or read, per saga; the primary key checks it."""
         self._group = GroupCommit(
             self._append_one, self._append_many, name=f"sagacity-sqlite {self.path}"
         )
@@ -92,7 +91,8 @@ class SqliteJournal:
             InvalidIdError: The saga id cannot be stored or shown (see `Sagacity.saga`).
             JournalError: The database refused the write.
         """
-        require_id(saga_id, "saga id")
+        if saga_id not in self._heads:  # a head it remembers is of an id it checked
+            require_id(saga_id, "saga id")
         return self._group.append(
             AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
@@ -113,7 +113,8 @@ class SqliteJournal:
 
         Same guarantees and errors as `append`; see `GroupCommit.aappend` for cancellation.
         """
-        require_id(saga_id, "saga id")
+        if saga_id not in self._heads:  # a head it remembers is of an id it checked
+            require_id(saga_id, "saga id")
         return await self._group.aappend(
             AppendRequest(saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence)
         )
@@ -128,6 +129,7 @@ class SqliteJournal:
                 # append only when that head is the one it requires, since the entry is
                 # chained to the hash of seq `expected_seq`.
                 if head is not None and expected_seq in (None, head[0]):
+                    cursor = self._cursor
                     entry, payload_bytes = seal(
                         saga_id,
                         head[0] + 1,
@@ -140,27 +142,31 @@ class SqliteJournal:
                     )
                     row = row_of(entry, payload_bytes)
                     try:
-                        if fence is None:
-                            self._cursor.execute(INSERT, row)
+                        # Under a head its token fences, the lease is not looked at: a
+                        # takeover since journaled TAKEN_OVER at this seq (see `Heads`).
+                        if fence is None or head[2] == fence.token:
+                            cursor.execute(INSERT, row)
                         else:
-                            self._cursor.execute(INSERT_FENCED, (*row, saga_id, fence.token))
-                            if self._cursor.rowcount == 0:
+                            cursor.execute(INSERT_FENCED, (*row, saga_id, fence.token))
+                            if cursor.rowcount == 0:
                                 raise lost(fence)
                     except sqlite3.IntegrityError:
                         pass  # another writer took the next seq
                     else:
-                        # The saga is remembered already: no need for _remember's size check.
-                        self._heads[saga_id] = (entry.seq, entry.hash)
+                        self._heads.wrote(saga_id, entry.seq, entry.hash, phase, fence)
                         return entry
+                # The head is unknown, or not the one the journal remembers: rows it did
+                # not write may follow it, so its lease's appends are checked from now on.
+                self._heads.moved(saga_id)
                 entry = self._append_locked(
                     saga_id, phase, tool_name, call_id, ref_seq, payload, expected_seq, fence
                 )
             except sqlite3.Error as error:
-                self._heads.pop(saga_id, None)
+                self._heads.moved(saga_id)
                 raise JournalError(
                     f"saga {saga_id!r}: cannot append {phase.value} to {self.path!r}: {error}"
                 ) from error
-            self._remember(saga_id, entry.seq, entry.hash)
+            self._heads.wrote(saga_id, entry.seq, entry.hash, phase, fence)
             return entry
 
     def _append_locked(
@@ -190,7 +196,7 @@ class SqliteJournal:
             if expected_seq is not None and last != expected_seq:
                 cursor.execute("ROLLBACK")
                 # The head read under the write lock is real: later appends go on from it.
-                self._remember(saga_id, last, prev_hash)
+                self._heads.read(saga_id, last, prev_hash)
                 raise AppendConflictError(saga_id, expected_seq, last)
             entry, payload_bytes = seal(
                 saga_id,
@@ -243,7 +249,7 @@ class SqliteJournal:
                 if self._conn.in_transaction:
                     cursor.execute("ROLLBACK")
                 for request in requests:
-                    self._heads.pop(request.saga_id, None)
+                    self._heads.moved(request.saga_id)
                 if not isinstance(error, sqlite3.Error):
                     raise
                 sagas = sorted({r.saga_id for r in requests})
@@ -252,7 +258,10 @@ class SqliteJournal:
                     f"entries committed together to {self.path!r}: {error}; none was written"
                 ) from error
             for saga_id, (seq, hash) in heads.items():
-                self._remember(saga_id, seq, hash)
+                # Each head was read under the write lock: it fences nothing, and rows other
+                # writers appended may precede it, so the saga's appends stay checked.
+                self._heads.moved(saga_id)
+                self._heads.read(saga_id, seq, hash)
         return results
 
     def _append_in_batch(
@@ -298,7 +307,13 @@ class SqliteJournal:
         return self._leases.renew(lease, expires_at=expires_at)
 
     def release_lease(self, lease: SagaLease) -> None:
-        """Free the saga, unless the lease was taken over."""
+        """Free the saga, unless the lease was taken over.
+
+        Its appends on their way after this are checked: the next worker takes the lease
+        with no TAKEN_OVER to refuse them.
+        """
+        with self._lock:
+            self._heads.let_go(lease)
         self._leases.release(lease)
 
     def read_leases(self, saga_ids: Sequence[str]) -> dict[str, SagaLease]:
@@ -308,13 +323,6 @@ class SqliteJournal:
         would take over a dead holder's saga. A database made before leases has none.
         """
         return self._reader.leases(saga_ids)
-
-    def _remember(self, saga_id: str, seq: int, hash: str) -> None:
-        """Record a saga's head (under the lock), forgetting them all when there are many."""
-        heads = self._heads
-        if len(heads) >= _MAX_REMEMBERED_HEADS and saga_id not in heads:
-            heads.clear()
-        heads[saga_id] = (seq, hash)
 
     def entries(self, saga_id: str) -> list[JournalEntry]:
         """Return a saga's entries in seq order."""

@@ -15,6 +15,7 @@ from sagacity.errors import JournalError
 from sagacity.journal._entry import Phase, seal
 from sagacity.journal._lease import RELEASED, SagaLease, busy, lease_time, lost
 from sagacity.journal._rows import row_of
+from sagacity.journal._sqlite_heads import Heads
 from sagacity.journal._sqlite_sql import ACQUIRE, HEAD, HOLDER, INSERT, LIVE, SET_EXPIRY
 
 __all__ = ["SqliteLeaseTable"]
@@ -27,7 +28,8 @@ class SqliteLeaseTable:
         conn: The journal's connection.
         lock: The journal's lock: one statement at a time on the connection.
         path: The database file, for error messages.
-        heads: The heads the journal remembers, per saga: a TAKEN_OVER forgets the saga's.
+        heads: The heads the journal remembers: a lease taken here fences the head it
+            was taken at (see `Heads.taken`).
     """
 
     def __init__(
@@ -35,7 +37,7 @@ class SqliteLeaseTable:
         conn: sqlite3.Connection,
         lock: threading.Lock,
         path: str,
-        heads: dict[str, tuple[int, str]],
+        heads: Heads,
     ) -> None:
         self._conn = conn
         self._cursor = conn.cursor()
@@ -60,39 +62,44 @@ class SqliteLeaseTable:
                         ACQUIRE, {"saga": saga_id, "owner": owner, **times}
                     ).fetchall()
                     held = None if granted else cursor.execute(HOLDER, (saga_id,)).fetchone()
-                    head = cursor.execute(HEAD, (saga_id,)).fetchone()
-                    head_seq = 0 if head is None else head[0]
+                    found = cursor.execute(HEAD, (saga_id,)).fetchone()
+                    head = None if found is None else (found[0], found[1])
                     if granted and live and head:
-                        self._taken_over(saga_id, owner, head)
-                        head_seq += 1
+                        head = self._taken_over(saga_id, owner, head)
                     cursor.execute("COMMIT")
                 except BaseException:
                     if self._conn.in_transaction:
                         cursor.execute("ROLLBACK")
                     raise
             except sqlite3.Error as error:
+                self._heads.moved(saga_id)
                 raise JournalError(
                     f"saga {saga_id!r}: cannot take its lease in {self._path!r}: {error}"
                 ) from error
-        if held is not None:
-            raise busy(
-                SagaLease(
-                    saga_id=saga_id,
-                    owner=held[0],
-                    token=held[1],
-                    expires_at=datetime.datetime.fromisoformat(held[2]),
+            if held is not None:
+                raise busy(
+                    SagaLease(
+                        saga_id=saga_id,
+                        owner=held[0],
+                        token=held[1],
+                        expires_at=datetime.datetime.fromisoformat(held[2]),
+                    )
                 )
+            lease = SagaLease(
+                saga_id=saga_id,
+                owner=owner,
+                token=granted[0][0],
+                expires_at=expires_at,
+                head_seq=0 if head is None else head[0],
             )
-        return SagaLease(
-            saga_id=saga_id,
-            owner=owner,
-            token=granted[0][0],
-            expires_at=expires_at,
-            head_seq=head_seq,
-        )
+            self._heads.taken(lease, head)
+        return lease
 
-    def _taken_over(self, saga_id: str, owner: str, head: tuple[int, str]) -> None:
-        """Journal TAKEN_OVER after `head`, in the transaction that takes the lease."""
+    def _taken_over(self, saga_id: str, owner: str, head: tuple[int, str]) -> tuple[int, str]:
+        """Journal TAKEN_OVER after `head`, in the transaction that takes the lease.
+
+        Returns the saga's head after it: the TAKEN_OVER entry.
+        """
         entry, payload_bytes = seal(
             saga_id,
             head[0] + 1,
@@ -104,7 +111,7 @@ class SqliteLeaseTable:
             prev_hash=head[1],
         )
         self._cursor.execute(INSERT, row_of(entry, payload_bytes))
-        self._heads.pop(saga_id, None)
+        return entry.seq, entry.hash
 
     def renew(self, lease: SagaLease, *, expires_at: datetime.datetime) -> SagaLease:
         """Move the lease's expiry; `LeaseLostError` if it was taken over."""
