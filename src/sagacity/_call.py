@@ -18,6 +18,7 @@ from sagacity._scope import SagaScope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._lifecycle import explain_unusable
+from sagacity.approval._resume import replay_refusal
 from sagacity.errors import (
     AppendConflictError,
     ApprovalError,
@@ -195,6 +196,11 @@ class Call(CallOutcome):
                 raise
             if replayed is not None:
                 return replayed
+        if history.sealed is not None:  # a replay of a saga that ended: nothing new runs
+            ended = replay_refusal(history, self.call_id, tool.name, prior)
+            if isinstance(ended, ApprovalError):
+                scope.refusal = ended  # rejected: raised when the work returns
+            raise ended
         payload: dict[str, JsonValue] = {
             "input": self.input,
             "reversibility": tool.reversibility._value_,  # not .value: a Python property
@@ -353,6 +359,8 @@ class Call(CallOutcome):
             try:
                 if prior is not None and self._replay(prior) is not None:
                     return None
+                if scope.history.sealed is not None:
+                    raise replay_refusal(scope.history, self.call_id, self.tool.name, prior)
                 request = self._asked_request()
                 if request is None:
                     return self._ask()

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from sagacity.errors import LeaseLostError
+from sagacity.errors import LeaseLostError, SagaStateError
 from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal
 from sagacity.journal._group import CommittedThenCancelled
 from sagacity.journal._lease import SagaLease
@@ -124,6 +124,8 @@ class SagaHistory:
     """The lease this history's appends are made under; None for an unleased decision."""
     lease_lost: bool = False
     """The lease was taken over: this worker must stop and leave the saga alone."""
+    sealed: str | None = None
+    """Why nothing may be appended (a replay of a saga that ended); None when open."""
 
     @classmethod
     def of(cls, saga_id: str, entries: Iterable[JournalEntry]) -> SagaHistory:
@@ -174,7 +176,7 @@ class SagaHistory:
         """Read the saga's journal again, in place: another writer may have appended."""
         fresh = SagaHistory.of(self.saga_id, journal.entries(self.saga_id))
         for field in dataclasses.fields(self):
-            if field.name not in ("fence", "lease_lost"):
+            if field.name not in ("fence", "lease_lost", "sealed"):
                 setattr(self, field.name, getattr(fresh, field.name))
 
     def append(
@@ -189,6 +191,8 @@ class SagaHistory:
         expected_seq: int | None = None,
     ) -> JournalEntry:
         """Append to the saga's journal, under this history's lease, and add the entry here."""
+        if self.sealed is not None:
+            raise SagaStateError(self.sealed)
         try:
             entry = journal.append(
                 self.saga_id,
@@ -223,6 +227,8 @@ class SagaHistory:
         (`CommittedThenCancelled`): the history stays the journal's, though the caller,
         cancelled, never receives it.
         """
+        if self.sealed is not None:
+            raise SagaStateError(self.sealed)
         try:
             entry = await append_async(
                 journal,

@@ -91,6 +91,9 @@ class SagaResult:
     """The compensation walk, when one ran."""
     pending: list[ApprovalRequest] = dataclasses.field(default_factory=list)
     """The approval requests the saga waits on."""
+    replayed: bool = False
+    """The work resumed a saga that had ended: its calls were replayed from the journal,
+    nothing was journaled, and `outcome` is the one its ENDED records."""
 
 
 def outcome_of(report: CompensationReport) -> SagaOutcome:
@@ -176,6 +179,8 @@ class SagaEnding:
 
     def finish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run whose work returned `value` or raised `error`."""
+        if scope.history.sealed is not None:
+            return _replayed(scope, value, error)
         if self._failed(scope, error):
             scope.refresh()
             _refuse_if_ended(scope)
@@ -190,6 +195,8 @@ class SagaEnding:
 
     async def afinish(self, scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
         """Report a run of async work (see `finish`); async compensations are awaited."""
+        if scope.history.sealed is not None:
+            return _replayed(scope, value, error)
         if self._failed(scope, error):
             await scope.gate(scope.refresh)  # a read of the journal: off the loop
             _refuse_if_ended(scope)
@@ -339,6 +346,23 @@ class SagaEnding:
                 continue
             return
         raise _end_lost(history)
+
+
+def _replayed(scope: SagaScope, value: Any, error: Exception | None) -> SagaResult:
+    """Report a run that replayed a saga that had ended (`seal_for_replay`): as it ended.
+
+    A refusal (a changed input, another tool under a call id, a call in doubt) is raised,
+    as for any run; any other error the work raised is reported in `error`.
+    """
+    SagaEnding._refuse(scope, error)
+    history = scope.history
+    return SagaResult(
+        saga_id=history.saga_id,
+        outcome=SagaOutcome(history.outcome),
+        value=value,
+        error=error,
+        replayed=True,
+    )
 
 
 def _completed(history: SagaHistory, value: Any) -> SagaResult:

@@ -88,8 +88,13 @@ class DecisionResume:
                 keeper.hold(history)
                 report = s._runner.run(history)
                 result = s._ending.compensated(history, report, value=None, error=None)
-                if resumer is not None:
-                    resumer(current)  # outside any saga: the framework is told no
+                if resumer is not None:  # the framework is told no: a replay of the ended saga
+                    scope = s._open(
+                        decision.saga_id, keeper, resuming=True, replay=True, history=history
+                    )
+                    _, error = run_in(scope, lambda: resumer(current))
+                    if error is not None:
+                        raise error
                 return result
             scope = s._open(decision.saga_id, keeper, resuming=True, history=history)
             return s._ending.finish(scope, *run_in(scope, self._work(scope, current, resumer)))
@@ -132,8 +137,18 @@ class DecisionResume:
                 result = await asyncio.to_thread(
                     s._ending.compensated, history, report, value=None, error=None
                 )
-                if resumer is not None:
-                    await _maybe_await(resumer(current))
+                if resumer is not None:  # the framework is told no: a replay of the ended saga
+                    scope = await asyncio.to_thread(
+                        s._open,
+                        decision.saga_id,
+                        keeper,
+                        resuming=True,
+                        replay=True,
+                        history=history,
+                    )
+                    _, error = await arun_in(scope, lambda: _maybe_await(resumer(current)))
+                    if error is not None:
+                        raise error
                 return result
             scope = await asyncio.to_thread(
                 s._open, decision.saga_id, keeper, resuming=True, history=history

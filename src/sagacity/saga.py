@@ -35,6 +35,7 @@ from sagacity.approval import (
 )
 from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
 from sagacity.approval._policy import starter_for
+from sagacity.approval._resume import seal_for_replay
 from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
     ConfigurationError,
@@ -345,15 +346,17 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         Without `work`, run the approved call with its journaled input, rebuilt into the
         Python types of the tool's signature, consume the request and end the saga
         (compensating if the tool fails). With `work`, re-open the saga and run it: a
-        framework's native resume, whose call of the tool passes the same approval check.
+        framework's native resume, whose call of the tool passes the same approval check;
+        if the saga ended after it paused, `work` replays (`SagaResult.replayed`).
 
         Raises:
             ApprovalError: A check refused; nothing ran and the saga can still be
-                approved properly. A saga that ended by a rejection raises
+                approved properly. Without `work`, a saga that ended by a rejection raises
                 `ApprovalRejectedError`, one whose approved call ran already
                 `ApprovalAlreadyUsedError`.
             SagaStateError: The saga ended otherwise, or a saga is open in this context.
         """
+        replay = work is not None
         self._reconcile_before(saga_id)
         if work is None:
             call, tool, kwargs = self._stored_call(saga_id, request_id)
@@ -368,7 +371,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
                 return tool.invoke((), kwargs, call_id=call.request.call_id)
 
         with self._leased(saga_id, opening=True) as keeper:
-            scope = self._open(saga_id, keeper, resuming=True)
+            scope = self._open(saga_id, keeper, resuming=True, replay=replay)
             return self._ending.finish(scope, *run_in(scope, work))
 
     async def aresume_saga(
@@ -379,6 +382,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
+        replay = work is not None
         await self._areconcile_before(saga_id)
         if work is None:
             call, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
@@ -388,7 +392,8 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
                 return await tool.ainvoke((), kwargs, call_id=call.request.call_id)
 
         async with self._leased(saga_id, opening=True) as keeper:
-            scope = await asyncio.to_thread(self._open, saga_id, keeper, resuming=True)
+            opening = partial(self._open, saga_id, keeper, resuming=True, replay=replay)
+            scope = await asyncio.to_thread(opening)
             return await self._ending.afinish(scope, *await arun_in(scope, work))
 
     # -- internals -----------------------------------------------------------------------
@@ -444,6 +449,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         keeper: LeaseKeeper,
         *,
         resuming: bool = False,
+        replay: bool = False,
         started_by: str | None = None,
         history: SagaHistory | None = None,
         settled: bool = False,
@@ -456,7 +462,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         history = keeper.hold(history or keeper.empty_history or self._history(saga_id))
         if not (resuming or settled) and history.entries and self._reconciling.registry:
             self._reconciling.settle(history, walking=False)
-        if history.ended is not None:
+        if history.ended is not None and not (replay and seal_for_replay(history)):
             if resuming:
                 explain_unusable(history, None)  # a worker that lost the race: say why
             raise SagaStateError(

@@ -530,12 +530,18 @@ class TestRefusals:
         waiting.approve_and_resume_once()
 
     def test_resume_twice(self, waiting: Waiting) -> None:
-        """An approval is used once: a second resume raises ApprovalAlreadyUsedError."""
+        """An approval is used once: a second resume runs nothing.
+
+        Without work it raises ApprovalAlreadyUsedError; with work (a framework's resume)
+        it replays the journaled result and journals nothing.
+        """
         waiting.approve_and_resume_once()
         with pytest.raises(ApprovalAlreadyUsedError, match="already ran"):
             waiting.sagacity.resume_saga(SAGA)
-        with pytest.raises(ApprovalAlreadyUsedError):
-            waiting.sagacity.resume_saga(SAGA, order_then_wire(waiting.tools))
+        before = waiting.sagacity.history(SAGA)
+        replayed = waiting.sagacity.resume_saga(SAGA, order_then_wire(waiting.tools))
+        assert (replayed.outcome, replayed.replayed) == (SagaOutcome.COMPLETED, True)
+        assert waiting.sagacity.history(SAGA) == before
         assert waiting.wire_ran() == 1
 
     def test_an_expired_request(self, open_sagacity: OpenSagacity) -> None:

@@ -1,4 +1,4 @@
-"""Resuming a saga without work: which approved call may run now, and with what input.
+"""Resuming a saga: which approved call may run now, and a resume after the saga ended.
 
 `Sagacity.resume_saga` asks `ApprovalLifecycle.resumable` once, before it takes the
 saga's lease, and acts on the answer: a `ResumableCall`, or the refusal that says from
@@ -7,18 +7,26 @@ of the journal read there (another worker may have run the call meanwhile), and 
 call then passes the hot path's own check, as any call does: `ApprovalLifecycle.asked`
 finds its request, `ApprovalLifecycle.check` (`_check.check_approved`) verifies its
 approvals and the input's hash, and `ApprovalLifecycle.consume` spends it.
+
+A framework's native resume (`resume_saga(saga_id, work)`) of a saga that ended after it
+paused for approval, its call run or refused elsewhere (`sagacity resume`, the inbox, a
+worker), replays instead of being refused (`seal_for_replay`): its work runs again
+against the journal alone, each call it journaled gets its journaled result (through
+the hot path's replay, with its checks of tool and input), and any other call is refused
+with what the journal says of it (`replay_refusal`). Nothing is journaled: the saga
+stays as its ENDED says, and the framework's run learns what happened.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from sagacity._history import SagaHistory
+from sagacity._history import CallState, SagaHistory, payload_of
 from sagacity.approval._check import explain_unusable
 from sagacity.approval._request import ApprovalRequest
-from sagacity.errors import SagaStateError
+from sagacity.errors import ApprovalRejectedError, SagaStateError
 
-__all__ = ["ResumableCall", "refuse_ended_resume"]
+__all__ = ["ResumableCall", "refuse_ended_resume", "replay_refusal", "seal_for_replay"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -56,4 +64,61 @@ def refuse_ended_resume(history: SagaHistory, request_id: str | None) -> None:
     raise SagaStateError(
         f"saga {history.saga_id!r} ended {history.outcome} at seq {history.ended.seq}; there "
         "is nothing to resume"
+    )
+
+
+def seal_for_replay(history: SagaHistory) -> bool:
+    """Seal an ended saga's history for a replay of its work; False if it never paused.
+
+    A saga that ended after it asked for an approval may have a framework run paused in
+    it, which its native resume continues: the run replays, and nothing is appended (the
+    history refuses every append). A saga that never asked has nothing to resume.
+    """
+    ended = history.ended
+    if ended is None or not history.awaiting:
+        return False
+    history.sealed = (
+        f"saga {history.saga_id!r} ended {history.outcome} at seq {ended.seq}; a run resumed "
+        "after its end replays the calls its journal holds and journals nothing"
+    )
+    return True
+
+
+def replay_refusal(
+    history: SagaHistory, call_id: str, tool_name: str, prior: CallState | None
+) -> SagaStateError | ApprovalRejectedError:
+    """Why a call in a replay of an ended saga (`seal_for_replay`) is not run: from the journal.
+
+    The text is what the framework hands the model: the call failed, or never ran before
+    the saga ended (`SagaStateError`). A call whose request was rejected is refused as in
+    any run (`ApprovalRejectedError`, raised when the work returns): the framework's own
+    "no" (LangGraph's resume value, the SDK's `state.reject`, PydanticAI's `ToolDenied`)
+    never calls it.
+    """
+    assert history.ended is not None  # sealed histories are ended ones
+    said = f"saga {history.saga_id!r} ended {history.outcome} at seq {history.ended.seq}"
+    outcome = None if prior is None else prior.outcome
+    if outcome is not None:
+        failed = payload_of(outcome)
+        error = failed.get("error")
+        if isinstance(error, dict):
+            how = f"failed at seq {outcome.seq} ({error.get('type')}: {error.get('message')})"
+        else:
+            how = f"did not run (FAILED {failed.get('kind')} at seq {outcome.seq})"
+        return SagaStateError(
+            f"{said}: call {call_id!r} of tool {tool_name!r} {how}; it is not run"
+        )
+    awaiting = history.asked.get(call_id)
+    rejected = None if awaiting is None else history.rejected(awaiting.seq)
+    if awaiting is not None and rejected is not None:
+        decided = payload_of(rejected)
+        by = decided.get("approver") or decided.get("source")
+        return ApprovalRejectedError(
+            f"{said}: call {call_id!r} of tool {tool_name!r} was not run: approval request "
+            f"{payload_of(awaiting).get('request_id')} was rejected by {by!r}: "
+            f"{decided.get('reason')}"
+        )
+    return SagaStateError(
+        f"{said}, so call {call_id!r} of tool {tool_name!r} is not run: a run resumed after "
+        "the end only replays the calls its journal holds. Start a new saga for new work"
     )

@@ -18,7 +18,9 @@ a "no" in the resume value (`Command(resume={"approved": False})`) is journaled 
 rejection and the call is not run, while a "yes" is never enough: sagacity's journal
 decides. A tool-call id names one call: a second call under it in one run is refused.
 A pause under `InMemorySaver` warns (`InMemoryCheckpointerWarning`): another process
-could not resume it. See `docs/integrations/langchain.md`.
+could not resume it. `LangGraphResumer(graph)` is the graph's resumer for
+`sagacity.Worker`: a decision resumes the paused thread with `Command(resume=...)`. See
+`docs/integrations/langchain.md`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ from sagacity.integrations.langchain._graph import (
     classify_langgraph_error,
 )
 from sagacity.integrations.langchain._resume import RESUME_SOURCE
+from sagacity.integrations.langchain._resumer import (
+    RESUMER,
+    AsyncLangGraphResumer,
+    LangGraphResumer,
+)
 from sagacity.integrations.langchain._tools import (
     SagaStructuredTool,
     as_langchain_tool,
@@ -46,8 +53,11 @@ from sagacity.integrations.langchain._tools import (
 
 __all__ = [
     "APPROVAL_INTERRUPT",
+    "RESUMER",
     "RESUME_SOURCE",
+    "AsyncLangGraphResumer",
     "InMemoryCheckpointerWarning",
+    "LangGraphResumer",
     "SagaStructuredTool",
     "as_langchain_tool",
     "classify_langgraph_error",

@@ -206,10 +206,11 @@ def _resume_refusal(
     with scope.lock:
         earlier = scope.history.rejected(awaiting.seq)
     if earlier is not None:
-        rejection = payload_of(earlier)
-        if rejection.get("source") != RESUME_SOURCE or not _same_input(tool, asked, args, kwargs):
-            return None  # rejected otherwise, or another input: the core refuses it
-        return rejected_message(tool.name, request_id, str(rejection.get("reason") or ""))
+        # Rejected by a resume value, or elsewhere (the CLI, the inbox, a worker): either
+        # way the model is given LangGraph's "no". Another input: the core refuses it.
+        if not _same_input(tool, asked, args, kwargs):
+            return None
+        return rejected_message(tool.name, request_id, str(payload_of(earlier).get("reason") or ""))
     if not isinstance(request_id, str):
         return None
     refused, reason = refusal_for(request_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -16,7 +17,7 @@ from langchain_core.utils.pydantic import get_fields
 from langgraph.types import Command
 from pydantic import Field, SkipValidation
 
-from sagacity.adapter import SagaScope, current_scope
+from sagacity.adapter import SagaScope, current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ReplayMismatchError
@@ -29,6 +30,7 @@ from sagacity.integrations.langchain._graph import (
     warn_if_in_memory,
 )
 from sagacity.integrations.langchain._resume import adecline_if_refused, decline_if_refused
+from sagacity.integrations.langchain._resumer import RESUMER
 from sagacity.tools import SagaTool, awaiting_approval_message
 
 if TYPE_CHECKING:
@@ -209,7 +211,8 @@ def _sync_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
             this_call = _Ran()
             token = _this_call.set(this_call)
             try:
-                result = tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+                with _pausing():
+                    result = tool.invoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
             except ApprovalError as refusal:
                 _pause_refused(tool, call_id, refusal)
                 raise
@@ -234,7 +237,10 @@ def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
             this_call = _Ran()
             token = _this_call.set(this_call)
             try:
-                result = await tool.ainvoke(args, kwargs, call_id=call_id, on_approval_needed=pause)
+                with _pausing():
+                    result = await tool.ainvoke(
+                        args, kwargs, call_id=call_id, on_approval_needed=pause
+                    )
             except ApprovalError as refusal:
                 await _apause_refused(tool, call_id, refusal)
                 raise
@@ -243,6 +249,15 @@ def _async_call(tool: SagaTool, response_format: str) -> Callable[..., Any]:
         return _returned(tool, call_id, result, response_format, ran=this_call.ran)
 
     return call
+
+
+def _pausing() -> contextlib.AbstractContextManager[None]:
+    """Name LangGraph the resumer of the requests asked here, where it pauses natively.
+
+    Without a checkpointer nothing pauses: the model is told, and the worker runs the
+    approved call itself (the plain `work` resumer).
+    """
+    return pausing_as(RESUMER) if can_interrupt() else contextlib.nullcontext()
 
 
 def _returned(

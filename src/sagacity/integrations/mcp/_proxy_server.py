@@ -459,11 +459,15 @@ class _Handlers:
 
 
 async def _approved(call: ToolCall, request: ApprovalRequest) -> bool:
-    """Whether the journal, read again on entering the saga, holds `request`'s approval."""
+    """Whether the journal, read again on entering the saga, holds `request`'s approval.
+
+    A saga that ended meanwhile answers from its journal: the call's result, or why it
+    was not run (rejected).
+    """
     scope = call.saga.scope
     await scope.settled()  # the history is read under the scope's lock
     with scope.lock:
-        return bool(scope.history.approvals(request.seq))
+        return bool(scope.history.approvals(request.seq)) or scope.history.sealed is not None
 
 
 def _can_elicit(ctx: ServerRequestContext[Any, Any]) -> bool:

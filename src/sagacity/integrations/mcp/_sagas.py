@@ -34,6 +34,7 @@ from sagacity.adapter import (
     entries_async,
     finished_off_loop,
     payload_of,
+    seal_for_replay,
 )
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
@@ -238,6 +239,13 @@ class _OpenSaga:
     def waiting_call(self, tool_name: str, input_sha256: str) -> str | None:
         """The call id of a stored approval request of this tool: same input first, then newest."""
         scope = self.scope
+        if scope.history.sealed is not None:  # ended: the journal's request, run or not
+            asked = [
+                e.call_id
+                for e in scope.history.asked.values()
+                if e.tool_name == tool_name and payload_of(e).get("input_sha256") == input_sha256
+            ]
+            return asked[-1] if asked else None
         waiting = [r for r in scope.owner.pending(scope.saga_id) if r.tool_name == tool_name]
         if not waiting:
             return None
@@ -303,20 +311,40 @@ class OpenSagas:
         try:
             with saga.opening:
                 if saga.joined is None:
+                    joined: contextlib.AbstractContextManager[SagaScope]
                     joined = self.sagacity.join(saga_id)
-                    saga.scope = joined.__enter__()
+                    try:
+                        saga.scope = joined.__enter__()
+                    except SagaStateError as refused:
+                        joined = self._replaying(saga_id, refused)
+                        saga.scope = joined.__enter__()
                     saga.joined = joined
         except BaseException:
             self._let_go(saga_id, saga)
             raise
         return saga
 
+    def _replaying(
+        self, saga_id: str, refused: SagaStateError
+    ) -> contextlib.AbstractContextManager[SagaScope]:
+        """A scope of a saga that ended after it paused: it only replays, and takes no lease.
+
+        A client that sends a paused call again after the call was run elsewhere (`sagacity
+        resume`, the inbox, a worker) gets its journaled result; any other call is refused
+        with what the journal says. Nothing is appended. Raises `refused`, the join's
+        refusal, for a saga that did not end or never paused.
+        """
+        history = SagaHistory.of(saga_id, self.sagacity.history(saga_id))
+        if not seal_for_replay(history):
+            raise refused
+        return contextlib.nullcontext(SagaScope(self.sagacity, saga_id, history))
+
     @staticmethod
     def _read(saga_id: str, saga: _OpenSaga) -> None:
-        """Read the saga's journal again; refuse a saga that has ended."""
+        """Read the saga's journal again; refuse a saga that has ended, unless it replays."""
         saga.scope.refresh()
         ended = saga.scope.history.ended
-        if ended is not None:
+        if ended is not None and not seal_for_replay(saga.scope.history):
             raise SagaStateError(
                 f"saga {saga_id!r} ended {saga.scope.history.outcome} at seq {ended.seq}; "
                 "a saga id is used once: start a new saga"

@@ -29,9 +29,10 @@ from agents.function_schema import FuncSchema, function_schema
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
-from sagacity.adapter import current_scope
+from sagacity.adapter import current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.errors import ApprovalError, ConfigurationError
+from sagacity.integrations.openai_agents._resumer import RESUMER
 from sagacity.saga import Sagacity
 from sagacity.tools import FailureKind, SagaTool
 
@@ -147,14 +148,16 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, bool]:
 
         async def call_async(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
             arguments = (context, *args) if takes_context else args
-            return await journaled.ainvoke(arguments, kwargs, call_id=_call_id(context))
+            with pausing_as(RESUMER):
+                return await journaled.ainvoke(arguments, kwargs, call_id=_call_id(context))
 
         function = call_async
     else:
 
         def call(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
             arguments = (context, *args) if takes_context else args
-            return journaled.invoke(arguments, kwargs, call_id=_call_id(context))
+            with pausing_as(RESUMER):
+                return journaled.invoke(arguments, kwargs, call_id=_call_id(context))
 
         function = call
     function.__name__ = tool.name
@@ -193,7 +196,8 @@ class _ApprovalPolicy:
             return True
         arguments = (run_context, *args) if self.takes_context else tuple(args)
         try:
-            waiting = await self.tool.apending_approval(arguments, kwargs, call_id=call_id)
+            with pausing_as(RESUMER):
+                waiting = await self.tool.apending_approval(arguments, kwargs, call_id=call_id)
         except ApprovalError:
             return True
         return waiting is not None

@@ -6,7 +6,8 @@ toolset whose definitions are exactly what PydanticAI would derive from the func
 plain function toolsets) under the saga too. Both journal at `WrapperToolset.call_tool`,
 which sees the tool's raw exception even when PydanticAI or a capability turns it into
 a message for the model, and pause IRREVERSIBLE calls with PydanticAI's own
-`ApprovalRequired`.
+`ApprovalRequired`; `PydanticAIResumer(agent, load_messages)` is the run's resumer for
+`sagacity.Worker`: a decision runs the agent on with `DeferredToolResults`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ except ImportError as error:  # pragma: no cover - exercised with the extra bloc
 from sagacity.integrations.pydantic_ai._capability import SagaCapability
 from sagacity.integrations.pydantic_ai._classify import classify_exception
 from sagacity.integrations.pydantic_ai._policy import JournalPolicy
+from sagacity.integrations.pydantic_ai._resumer import RESUMER, PydanticAIResumer
 from sagacity.integrations.pydantic_ai._toolset import (
     DENIAL_SOURCE,
     METADATA_KEY,
@@ -32,7 +34,9 @@ from sagacity.integrations.pydantic_ai._toolset import (
 __all__ = [
     "DENIAL_SOURCE",
     "METADATA_KEY",
+    "RESUMER",
     "JournalPolicy",
+    "PydanticAIResumer",
     "SagaCapability",
     "SagaToolset",
     "classify_exception",

@@ -10,12 +10,13 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
-from sagacity.adapter import SagaScope, current_scope
+from sagacity.adapter import SagaScope, current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, SagaStateError
 from sagacity.integrations.pydantic_ai._calls import FrameworkCall, handed_down, journaled_tool
 from sagacity.integrations.pydantic_ai._policy import JournalPolicy
+from sagacity.integrations.pydantic_ai._resumer import RESUMER
 from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
@@ -134,14 +135,15 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         if journaled is None:
             return await super().call_tool(name, tool_args, ctx, tool)
         framework_call = FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
-        if journaled.reversibility is Reversibility.IRREVERSIBLE:
-            await _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
-        return await journaled.ainvoke(
-            (framework_call,),
-            tool_args,
-            call_id=ctx.tool_call_id,
-            on_approval_needed=_pause_natively,
-        )
+        with pausing_as(RESUMER):  # a request asked here is resumed with DeferredToolResults
+            if journaled.reversibility is Reversibility.IRREVERSIBLE:
+                await _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
+            return await journaled.ainvoke(
+                (framework_call,),
+                tool_args,
+                call_id=ctx.tool_call_id,
+                on_approval_needed=_pause_natively,
+            )
 
     def _marked(self, name: str, tool: ToolsetTool[AgentDepsT]) -> ToolsetTool[AgentDepsT]:
         metadata = tool.tool_def.metadata or {}
