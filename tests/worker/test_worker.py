@@ -67,12 +67,16 @@ class TestPlainWork:
         assert Worker(sagacity).run_once() == 0
 
     def test_an_edit_waits_for_the_new_request(self, sagacity: Sagacity, shop: Shop) -> None:
-        """An edited request is not resumed; the new input runs once it is approved."""
+        """An edited request is not resumed; the new input runs once it is approved.
+
+        One worker's run_once is called again after each decision: it looks afresh.
+        """
         pause(sagacity, "w-1")
         sagacity.edit("w-1", approver="carol", new_input={"amount": 90, "to": "acme"})
-        assert Worker(sagacity).run_once() == 0
+        worker = Worker(sagacity)
+        assert worker.run_once() == 0
         sagacity.approve("w-1", approver="alice")
-        assert Worker(sagacity).run_once() == 1
+        assert worker.run_once() == 1
         assert shop.log == ["hold 100", "wire 90 to acme"]
 
     def test_an_expired_request_is_journaled_and_compensated(

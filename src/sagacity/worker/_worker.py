@@ -155,6 +155,7 @@ class Worker:
         `stopped`, and `run` returns.
         """
         restore = self._install_signals() if handle_signals else {}
+        self._stopping.clear()
         try:
             self._open()
             self._state = "running"
@@ -182,6 +183,7 @@ class Worker:
 
     def run_once(self) -> int:
         """Act on every decision waiting now, then return how many were acted on."""
+        self._stopping.clear()
         self._open()
         try:
             before = self._resumed
