@@ -270,3 +270,43 @@ class TestRunning:
         assert not runner.is_alive()
         written = read_health(str(health))
         assert (written.state, written.resumed) == ("stopped", 1)
+
+
+class TestAttacks:
+    def test_a_tampered_stored_request_never_runs_its_new_input(
+        self, tmp_path: Path, shop: Shop
+    ) -> None:
+        """Someone edits the stored request's input after the approval: that input never runs."""
+        import sqlite3
+
+        url = f"sqlite:///{tmp_path}/tamper.db"
+        with Sagacity.from_url(url) as sagacity:
+            sagacity.wrap(shop)
+            pause(sagacity, "w-1")
+            sagacity.approve("w-1", approver="alice")
+            with sqlite3.connect(tmp_path / "tamper.db") as conn:
+                conn.execute(
+                    "UPDATE sagacity_approval_request SET input = ?",
+                    ('{"amount":999999,"to":"mallory"}',),
+                )
+            conn.close()
+            Worker(sagacity).run_once()
+            assert not any("mallory" in line or "999999" in line for line in shop.log)
+            assert shop.log.count("wire 100 to acme") <= 1
+
+    def test_a_second_worker_after_the_first_finds_nothing_to_do(
+        self, sagacity: Sagacity, shop: Shop
+    ) -> None:
+        """A worker that read the decision before another resumed it acts on nothing."""
+        pause(sagacity, "w-1")
+        sagacity.approve("w-1", approver="alice")
+        late = Worker(sagacity)
+        early = Worker(sagacity)
+        from sagacity._history import SagaHistory
+
+        history = SagaHistory.of("w-1", sagacity.journal.entries("w-1"))
+        decision = late._resume.waiting(history)  # read before the other worker acts
+        assert decision is not None
+        assert early.resume("w-1")
+        assert late._resume.resume(decision, None) is None  # under the lease: nothing left
+        assert shop.log.count("wire 100 to acme") == 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sagacity._decisions import WORK, Decision, Resumer
 from sagacity._history import SagaHistory
 from sagacity._resume_decision import DecisionResume, is_async_resumer
-from sagacity.errors import ConfigurationError, SagaBusyError, SagacityError
+from sagacity.errors import ConfigurationError, JournalError, SagaBusyError, SagacityError
 from sagacity.worker._events import default_poll_interval
 from sagacity.worker._health import WorkerHealth, write_health
 from sagacity.worker._watch import JournalWatch, open_watch
@@ -160,21 +160,29 @@ class Worker:
             self._open()
             self._state = "running"
             self._beat()
-            candidates = self._everything()
-            next_rescan = time.monotonic() + self.rescan_interval
+            candidates: set[str] = set()
+            next_rescan = time.monotonic()  # a full look first
             assert self._watch is not None
             while not self._stopping.is_set():
-                self._work_through(candidates)
-                if self._stopping.is_set():
-                    break
-                now = time.monotonic()
-                due = min([next_rescan, *self._retry.values()], default=next_rescan)
-                assert self.poll_interval is not None
-                self._watch.wait(max(0.0, min(self.poll_interval, due - now)))
-                candidates = self._watch.changed() | self._due()
-                if time.monotonic() >= next_rescan:
-                    candidates |= self._everything()
-                    next_rescan = time.monotonic() + self.rescan_interval
+                try:
+                    if time.monotonic() >= next_rescan:
+                        candidates |= self._everything()
+                        next_rescan = time.monotonic() + self.rescan_interval
+                    self._work_through(candidates)
+                    candidates = set()
+                    if self._stopping.is_set():
+                        break
+                    now = time.monotonic()
+                    due = min([next_rescan, *self._retry.values()], default=next_rescan)
+                    assert self.poll_interval is not None
+                    self._watch.wait(max(0.0, min(self.poll_interval, due - now)))
+                    candidates = self._watch.changed() | self._due()
+                except JournalError as error:
+                    # The database is away (a restart, a failover): keep trying; what was
+                    # decided meanwhile is found by the full look once it is back.
+                    logger.warning("cannot read the journal (%s); trying again", error)
+                    next_rescan = time.monotonic()
+                    self._stopping.wait(self.poll_interval or 1.0)
         finally:
             self._state = "stopped"
             self._close()
