@@ -18,6 +18,9 @@ sets what an upstream `isError` result of TOOL does to the saga; `--control-tool
 lists the tools `sagacity_compensate` and `sagacity_end`, so that a client that can call
 only tools can retry a saga's failed undos and end a saga (any client of this proxy may
 then end or compensate any saga of the database: turn it on for trusted clients only).
+One saga may span several proxies (one per upstream server): a call waits for its saga
+while another proxy's call holds it, `--lease-wait SECONDS` at most (30 by default; 0
+answers at once that the saga is busy).
 A configuration the proxy refuses is printed on stderr, and the script exits with 1.
 """
 
@@ -70,6 +73,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--is-error", type=policy, action="append", default=[])
     parser.add_argument("--name", default="sagacity-proxy", help="the proxy's name to clients")
     parser.add_argument(
+        "--lease-wait",
+        type=float,
+        default=30.0,
+        help="seconds a call waits for its saga while another proxy of the saga holds it "
+        "(default 30; 0 answers at once that the saga is busy)",
+    )
+    parser.add_argument(
         "--control-tools",
         action="store_true",
         help="also list the tools sagacity_compensate and sagacity_end",
@@ -101,6 +111,7 @@ async def serve(arguments: argparse.Namespace) -> None:
         is_error=dict(arguments.is_error),
         name=arguments.name,
         control_tools=arguments.control_tools,
+        lease_wait=arguments.lease_wait,
     )
     try:
         async with stdio_server() as (read, write):

@@ -283,20 +283,23 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
             )
 
     @contextlib.contextmanager
-    def join(self, saga_id: str, *, started_by: str | None = None) -> Iterator[SagaScope]:
+    def join(
+        self, saga_id: str, *, started_by: str | None = None, wait: float | None = None
+    ) -> Iterator[SagaScope]:
         """Hold saga `saga_id` open for calls that arrive one request at a time.
 
         For integrations whose calls of one saga come in separate requests (an MCP
         server): takes the saga's lease, reads its journal and yields its open scope;
         run each request's calls inside `scope.entered()`. Leaving does not end the saga
         (a later `saga()`, `compensate()` or the integration's own end does); it lets the
-        lease go. `started_by` is as for `saga`.
+        lease go. `started_by` is as for `saga`; `wait` is how long to wait for a saga
+        another worker holds (by default `lease_wait`).
 
         Raises:
             SagaBusyError: Another worker holds the saga.
             SagaStateError: The saga ended, or its journal records another starter.
         """
-        with self._leased(saga_id) as keeper:
+        with self._leased(saga_id, wait=wait) as keeper:
             history = keeper.hold(self._history(saga_id))
             if history.ended is not None:
                 raise SagaStateError(
@@ -430,7 +433,9 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
                 f"saga {saga_id!r} is running in this context; let its work return first"
             )
 
-    def _leased(self, saga_id: str, *, opening: bool = False) -> LeaseKeeper:
+    def _leased(
+        self, saga_id: str, *, opening: bool = False, wait: float | None = None
+    ) -> LeaseKeeper:
         """The lease on `saga_id` this worker takes, once the id and the context allow it."""
         require_id(saga_id, "saga id")
         outer = current_scope()
@@ -440,7 +445,11 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
             )
         self._refuse_if_open(saga_id)
         return LeaseKeeper(
-            self.journal, saga_id, ttl=self.lease_ttl, wait=self.lease_wait, clock=self.now
+            self.journal,
+            saga_id,
+            ttl=self.lease_ttl,
+            wait=self.lease_wait if wait is None else wait,
+            clock=self.now,
         )
 
     def _open(

@@ -87,6 +87,21 @@ async def slow(seconds: float) -> str:
 
 
 @server.tool()
+async def hold(name: str) -> str:
+    """Writes `NAME.started` to the marker directory, then answers once `NAME.go` is there."""
+    (MARKER / f"{name}.started").write_text("started")
+    while not (MARKER / f"{name}.go").exists():
+        await asyncio.sleep(0.01)
+    return f"held {name}"
+
+
+@server.tool()
+def refuse(reason: str) -> str:
+    """Raises with `reason`: an `isError` result."""
+    raise ValueError(reason)
+
+
+@server.tool()
 async def grow(ctx: Context) -> str:
     """Adds a tool `grown` and tells the client the tool list changed."""
 

@@ -92,6 +92,7 @@ class TestControlToolsThroughTheStdioProxy:
         assert compensate.output_schema is not None
         assert set(compensate.output_schema["properties"]) == {
             "saga_id", "outcome", "compensated", "compensation_failed", "in_doubt", "pending",
+            "compensation_waiting", "waiting_tools",
         }  # fmt: skip
         assert compensate.annotations is not None
         assert end.annotations is not None
@@ -113,6 +114,8 @@ class TestControlToolsThroughTheStdioProxy:
             "compensation_failed": [],
             "in_doubt": [],
             "pending": [],
+            "compensation_waiting": [],
+            "waiting_tools": [],
         }
         assert again == retried
         assert by_request.model_dump(exclude={"meta"}) == retried  # the request's own lists

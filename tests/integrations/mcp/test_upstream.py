@@ -30,7 +30,10 @@ from sagacity.integrations.mcp import (
 from tests.integrations.mcp._processes import factory, kill, pid_of, relay_server
 from tests.integrations.mcp._shop import meta, phases, text
 
-TOOLS = ["steps", "shout", "ask_model", "ask_user", "roots", "echo_meta", "slow", "grow"]
+TOOLS = [
+    "steps", "shout", "ask_model", "ask_user", "roots", "echo_meta", "slow", "hold", "refuse",
+    "grow",
+]  # fmt: skip
 
 
 @contextlib.asynccontextmanager

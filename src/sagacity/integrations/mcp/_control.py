@@ -66,6 +66,15 @@ class SagaEnding(BaseModel):
         default_factory=list,
         description="Approval request ids the saga still waits on (outcome AWAITING_APPROVAL).",
     )
+    compensation_waiting: list[str] = Field(
+        default_factory=list,
+        description="Call ids whose undo this server does not have (outcome NEEDS_ATTENTION): "
+        "the server of their tools runs it, and the rest.",
+    )
+    waiting_tools: list[str] = Field(
+        default_factory=list,
+        description="The tools of compensation_waiting, in the same order.",
+    )
 
     @classmethod
     def of(cls, answer: EndSagaResult) -> SagaEnding:
@@ -77,6 +86,8 @@ class SagaEnding(BaseModel):
             compensation_failed=answer.compensation_failed,
             in_doubt=answer.in_doubt,
             pending=answer.pending,
+            compensation_waiting=answer.compensation_waiting,
+            waiting_tools=answer.waiting_tools,
         )
 
 

@@ -38,6 +38,7 @@ async def mcp_proxy(
     reconnect_backoff: float = 0.25,
     elicit_approval: bool = True,
     control_tools: bool = False,
+    lease_wait: float | None = 30.0,
 ) -> ProxyServer:
     """A server exposing `upstream`'s tools unchanged, each call journaled under a saga.
 
@@ -93,6 +94,9 @@ async def mcp_proxy(
             clients that can call only tools. Off by default: a model can call a listed
             tool, and any client of the proxy may then end or compensate any saga id of
             the journal.
+        lease_wait: Seconds a call waits for its saga while another process (another
+            proxy of the same saga) holds it, before it answers that the saga is busy;
+            None uses the Sagacity's own `lease_wait` (0 by default: answer at once).
 
     Raises:
         ConfigurationError: A configured name is not an upstream tool, a tool is both
@@ -104,6 +108,8 @@ async def mcp_proxy(
     """
     if reconnect_attempts < 1:
         raise ConfigurationError("mcp_proxy: reconnect_attempts must be at least 1")
+    if lease_wait is not None and lease_wait < 0:
+        raise ConfigurationError(f"mcp_proxy: lease_wait must not be negative, not {lease_wait}")
     if isinstance(upstream, Client):
         info = upstream.server_info
         connection = Connection(
@@ -138,4 +144,5 @@ async def mcp_proxy(
         connection,
         saga_of or saga_from_meta,
         elicit_approval=elicit_approval,
+        lease_wait=lease_wait,
     )

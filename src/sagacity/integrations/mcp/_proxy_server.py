@@ -134,9 +134,11 @@ class ProxyServer(Server[Any]):
         saga_of: SagaOf,
         *,
         elicit_approval: bool = True,
+        lease_wait: float | None = None,
     ) -> ProxyServer:
         """The proxy's server, with a handler for each upstream capability it passes on."""
         handler = _Handlers(sagacity, proxied, connection, saga_of, elicit_approval)
+        handler.lease_wait = lease_wait
         capabilities = upstream_capabilities(connection)
         passed: dict[str, Any] = {}
         if capabilities.get("resources") is not None:
@@ -171,11 +173,7 @@ class ProxyServer(Server[Any]):
         *,
         protocol_version: str | None = None,
     ) -> ServerCapabilities:
-        """What the proxy serves, with the list changes and logging it relays from upstream.
-
-        So `proxy.create_initialization_options()`, with no argument, declares
-        `listChanged` where the upstream does and `logging` where it logs.
-        """
+        """What it serves, and the list changes and logging it relays (see `_proxy_caps`)."""
         capabilities = super().get_capabilities(
             notification_options,
             experimental_capabilities,
@@ -206,6 +204,7 @@ class _Handlers:
         self.connection = connection
         self.saga_of = saga_of
         self.sagas = open_sagas(sagacity)
+        self.lease_wait: float | None = None  # for a saga another proxy holds
 
     def input_schema(self, tool: str) -> dict[str, Any] | None:
         for listed in self._listed():
@@ -319,14 +318,15 @@ class _Handlers:
         try:
             if saga_id is None:
                 return await self._run(ctx, tool, params.name, arguments, None)
-            async with self.sagas.tool_call(saga_id, call_id) as call:
+            async with self.sagas.tool_call(saga_id, call_id, lease_wait=self.lease_wait) as call:
                 result = await self._run(ctx, tool, params.name, arguments, call)
             # The user is asked with the saga let go: while they answer, an approver's
             # rejection (the approval page, the CLI) must be able to take its lease.
             request = call.awaiting
             if request is None or not await self._answered_accept(ctx, request):
                 return result
-            async with self.sagas.tool_call(saga_id, call.claimed) as again:
+            wait = self.lease_wait
+            async with self.sagas.tool_call(saga_id, call.claimed, lease_wait=wait) as again:
                 if not await _approved(again, request):
                     return result  # accepted, but no approver has approved: still waiting
                 return await self._run(ctx, tool, params.name, arguments, again)

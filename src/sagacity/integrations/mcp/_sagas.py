@@ -263,16 +263,20 @@ class OpenSagas:
         self._ending: set[str] = set()
 
     @contextlib.asynccontextmanager
-    async def tool_call(self, saga_id: str, call_id: str | None) -> AsyncIterator[ToolCall]:
+    async def tool_call(
+        self, saga_id: str, call_id: str | None, *, lease_wait: float | None = None
+    ) -> AsyncIterator[ToolCall]:
         """Run the body as one call of saga `saga_id`: its scope is open, its calls journal.
 
         Joining the saga (its lease, its journal) and letting it go run on worker threads
-        the loop awaits, finished even if the task is cancelled meanwhile.
+        the loop awaits, finished even if the task is cancelled meanwhile. A saga another
+        process holds is waited for up to `lease_wait` seconds (by default the
+        Sagacity's `lease_wait`).
 
         Raises:
             SagaStateError: The saga has ended, or is being ended.
         """
-        saga = await self._enter(saga_id)
+        saga = await self._enter(saga_id, lease_wait)
         call = ToolCall(saga, call_id)
         call_token = _tool_call.set(call)
         try:
@@ -282,9 +286,9 @@ class OpenSagas:
             _tool_call.reset(call_token)
             await self._leave(saga_id, saga, call.claimed)
 
-    async def _enter(self, saga_id: str) -> _OpenSaga:
+    async def _enter(self, saga_id: str, lease_wait: float | None = None) -> _OpenSaga:
         try:
-            saga = await finished_off_loop(lambda: self._join(saga_id))
+            saga = await finished_off_loop(lambda: self._join(saga_id, lease_wait))
         except FinishedThenCancelled as cancelled:
             await self._leave(saga_id, cancelled.result)
             raise
@@ -297,7 +301,7 @@ class OpenSagas:
             raise
         return saga
 
-    def _join(self, saga_id: str) -> _OpenSaga:
+    def _join(self, saga_id: str, lease_wait: float | None = None) -> _OpenSaga:
         """Count a request in the saga, joining it if no other request holds it here."""
         with self._lock:
             if saga_id in self._ending:
@@ -312,7 +316,7 @@ class OpenSagas:
             with saga.opening:
                 if saga.joined is None:
                     joined: contextlib.AbstractContextManager[SagaScope]
-                    joined = self.sagacity.join(saga_id)
+                    joined = self.sagacity.join(saga_id, wait=lease_wait)
                     try:
                         saga.scope = joined.__enter__()
                     except SagaStateError as refused:

@@ -181,6 +181,11 @@ class EndSagaResult(Result):
     """Call ids whose outcome is unknown: never compensated, for a human to resolve."""
     pending: list[str] = Field(default_factory=list)
     """Approval request ids the saga still waits on (outcome AWAITING_APPROVAL)."""
+    compensation_waiting: list[str] = Field(default_factory=list)
+    """Call ids whose undo this server does not have (outcome NEEDS_ATTENTION): a
+    `sagacity/compensate` sent to the server of their tools runs it, and the rest."""
+    waiting_tools: list[str] = Field(default_factory=list)
+    """The tools of `compensation_waiting`, in the same order: whose server runs the rest."""
 
     @classmethod
     def of(cls, result: SagaResult, ended: Mapping[str, Any] | None = None) -> EndSagaResult:
@@ -189,6 +194,7 @@ class EndSagaResult(Result):
         `ended` is the payload of the saga's ENDED entry: when given, its lists are the
         answer, so a request sent again for an ended saga answers what the journal holds.
         """
+        report = result.compensation
         if ended is not None:
             return cls(
                 saga_id=result.saga_id,
@@ -197,8 +203,9 @@ class EndSagaResult(Result):
                 compensation_failed=_ids(ended.get("compensation_failed")),
                 in_doubt=_ids(ended.get("in_doubt")),
                 pending=[request.request_id for request in result.pending],
+                compensation_waiting=_ids(ended.get("compensation_waiting")),
+                waiting_tools=[ref.tool_name for ref in report.waiting] if report else [],
             )
-        report = result.compensation
         return cls(
             saga_id=result.saga_id,
             outcome=result.outcome.value,
@@ -206,6 +213,8 @@ class EndSagaResult(Result):
             compensation_failed=[ref.call_id for ref in report.failed] if report else [],
             in_doubt=[ref.call_id for ref in report.in_doubt] if report else [],
             pending=[request.request_id for request in result.pending],
+            compensation_waiting=[ref.call_id for ref in report.waiting] if report else [],
+            waiting_tools=[ref.tool_name for ref in report.waiting] if report else [],
         )
 
 
