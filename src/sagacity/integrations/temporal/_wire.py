@@ -1,10 +1,10 @@
 """What crosses between a Temporal workflow and sagacity's activities: plain data.
 
 Workflow code imports this module inside Temporal's sandbox, so it holds dataclasses and
-names only: no journal, no I/O, nothing that could make a replay touch the world.
+names only: no journal, no I/O, nothing that could make a replay touch the world. Its
+annotations are evaluated when defined (no `from __future__ import annotations`): the
+sandbox's data converter reads them without this module's globals.
 """
-
-from __future__ import annotations
 
 import dataclasses
 from typing import Any
