@@ -106,9 +106,12 @@ async def decide(human: Sagacity, saga_id: str, *, approve: bool) -> None:
 
 
 async def main(journal: str) -> None:
-    with dev_server() as address, Sagacity.from_url(journal) as sagacity, Sagacity.from_url(
-        journal
-    ) as human, concurrent.futures.ThreadPoolExecutor(8) as pool:
+    with (
+        dev_server() as address,
+        Sagacity.from_url(journal) as sagacity,
+        Sagacity.from_url(journal) as human,
+        concurrent.futures.ThreadPoolExecutor(8) as pool,
+    ):
         client = await connect(address)
         activities = SagaActivities(sagacity, [Payments()])
         relay = asyncio.create_task(DecisionRelay(sagacity, client).run())
