@@ -5,9 +5,17 @@ from __future__ import annotations
 import pytest
 from crewai.tools import tool
 
-from sagacity import ConfigurationError, Reversibility, Sagacity, SagaOutcome, compensable
+from sagacity import (
+    ConfigurationError,
+    Reversibility,
+    Sagacity,
+    SagaOutcome,
+    compensable,
+    compensation,
+    current_call,
+)
 from sagacity.integrations.crewai import SagaCrewTool, as_crew_tool, crew_tools
-from tests.integrations.crewai._crew import Shop, crew, phases, shop_tools
+from tests.integrations.crewai._crew import PATHS, Shop, crew, phases, shop_tools
 
 
 class TestDefinitions:
@@ -73,3 +81,55 @@ class TestAttacks:
         assert result.outcome is SagaOutcome.COMPLETED
         assert intent.payload["input"] == {"sku": hostile, "qty": 1}  # type: ignore[index]
         assert shop.effects == [("reserve", hostile, 1)]
+
+
+@compensation
+def _unbook() -> None:
+    BOOKED.append("unbooked")
+
+
+BOOKED: list[str] = []
+
+
+@compensable(by=_unbook)
+async def book_slot(slot: str) -> str:
+    """Book a delivery slot."""
+    call = current_call()
+    BOOKED.append(f"{slot} under {call.call_id if call else None}")
+    return f"slot-{slot}"
+
+
+@compensable(by=_unbook)
+async def confirm_slot(slot: str) -> str:
+    """Confirm the slot with the courier."""
+    raise RuntimeError("courier refused")
+
+
+@pytest.mark.parametrize("path", PATHS)
+class TestAsyncTools:
+    def test_an_async_tool_is_journaled_and_undone_on_both_paths(self, path: str) -> None:
+        """CrewAI runs an async tool's coroutine itself; the saga sees its failure."""
+        BOOKED.clear()
+        script = [[("book_slot", {"slot": "9am"})], [("confirm_slot", {"slot": "9am"})], "Done."]
+        with Sagacity.from_url("memory://") as sagacity:
+            tools = crew_tools(sagacity, book_slot, confirm_slot)
+            result = sagacity.saga("async-1", crew(tools, script, path=path).kickoff)
+            journal = phases(sagacity, "async-1")
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert BOOKED == ["9am under book_slot#1", "unbooked"]
+        assert journal[:4] == [
+            ("INTENT", "book_slot#1"),
+            ("EXECUTED", "book_slot#1"),
+            ("INTENT", "confirm_slot#1"),
+            ("FAILED", "confirm_slot#1"),
+        ]
+
+    async def test_an_async_kickoff_under_asaga(self, path: str) -> None:
+        """`await crew.kickoff_async()` inside `Sagacity.asaga` journals the same way."""
+        BOOKED.clear()
+        script = [[("book_slot", {"slot": "10am"})], [("confirm_slot", {"slot": "10am"})], "Done."]
+        with Sagacity.from_url("memory://") as sagacity:
+            built = crew(crew_tools(sagacity, book_slot, confirm_slot), script, path=path)
+            result = await sagacity.asaga("async-2", built.kickoff_async)
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert BOOKED == ["10am under book_slot#1", "unbooked"]
