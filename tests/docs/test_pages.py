@@ -62,6 +62,10 @@ ISOLATED_PAGES = {
 """Pages whose framework cannot share this venv: tests/integrations/crewai runs them in
 .venv-crewai (`make test-crewai`), and checks that this set names them."""
 
+BROWSER_PAGES = {ROOT / "docs" / "tutorials" / "worker-langgraph.md"}
+"""Pages whose program drives Debian's chromium: without it they skip loudly (and fail
+under `CI=true`), as the inbox's browser tests do."""
+
 PAGES_WITH_CODE = [
     pytest.param(page, marks=[pytest.mark.postgres] if needs_postgres(page) else [])
     for page in PAGES
@@ -111,6 +115,10 @@ class TestPages:
         if needs_postgres(page):
             for variable, url in page_schema(request).items():
                 monkeypatch.setenv(variable, url)
+        if page in BROWSER_PAGES:
+            from tests.server.browser.conftest import chromium_path
+
+            chromium_path()
         run_page(page, tmp_path, monkeypatch, capfd)
 
     @pytest.mark.parametrize("page", PAGES, ids=page_id)
