@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from typing import Any
 
 from sagacity.adapter import SagaHistory, pausing_as, payload_of, rebuild_arguments
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import SagacityError, SagaNotFoundError, SerializationError
+from sagacity.errors import InDoubtError, SagacityError, SagaNotFoundError, SerializationError
 from sagacity.journal import JsonValue, to_json
 from sagacity.saga import Sagacity, SagaResult
 from sagacity.tools import SagaTool
@@ -69,15 +70,43 @@ def run_call(
     `approved`: a human approved the call's request, so it runs with the input of the
     newest request of the call (an edited input included), not with `arguments`.
 
+    A call in doubt whose tool declares a reconciler is reconciled first (the verdict
+    journaled): landed, its result is replayed; did not land, it runs; unknown, it stays
+    in doubt.
+
     Raises:
         CallNotRunError: The input does not fit the tool, or the approved request is not
             in the journal.
         SagaBusyError, LeaseLostError: Another worker holds the saga: try again.
-        SagacityError: A refusal (in doubt, an approval check); nothing ran.
+        InDoubtError: The call may have run and nothing settled it; it is not run.
+        SagacityError: Another refusal (an approval check); nothing ran.
         Exception: What the tool raised, journaled FAILED.
     """
+    run = functools.partial(
+        _run, sagacity, saga_id, tool, call_id=call_id, arguments=arguments, approved=approved
+    )
+    try:
+        with pausing_as(resumer):
+            return run()
+    except InDoubtError:
+        if not sagacity.has_reconciler(tool.name):
+            raise
+    sagacity.reconcile(saga_id)  # read-only towards the world: it asks, never acts
+    with pausing_as(resumer):
+        return run()
+
+
+def _run(
+    sagacity: Sagacity,
+    saga_id: str,
+    tool: SagaTool,
+    *,
+    call_id: str,
+    arguments: dict[str, Any],
+    approved: bool,
+) -> Ran:
     asked: list[ApprovalRequest] = []
-    with sagacity.join(saga_id) as scope, scope.entered(), pausing_as(resumer):
+    with sagacity.join(saga_id) as scope, scope.entered():
         kwargs = _arguments(tool, scope.history, call_id, arguments, approved=approved)
         if tool.is_async:
             result = asyncio.run(

@@ -8,7 +8,15 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from sagacity import Sagacity
+from sagacity import (
+    CompensationContext,
+    Evidence,
+    ReconcileContext,
+    Reconciled,
+    Sagacity,
+    compensable,
+    compensation,
+)
 from sagacity.integrations.temporal import CallInput, SagaActivities
 from tests._shop import Shop, journal_intent
 
@@ -59,3 +67,45 @@ def test_an_activity_given_another_tools_call_is_refused(sagacity: Sagacity) -> 
     with pytest.raises(ApplicationError, match="was given a call of 'ship'"):
         environment("s-3").run(activities.call, activities.tools["charge_card"], call)
     assert sagacity.history("s-3") == []
+
+
+class Payments:
+    """A charge whose provider can be asked, by idempotency key, whether it took it."""
+
+    def __init__(self, taken: dict[str, str]) -> None:
+        self.taken = taken  # the provider's charges by key
+        self.ran = 0
+
+    @compensable(by="refund", reconcile="find_charge")
+    def charge(self, amount: str) -> str:
+        self.ran += 1
+        return f"ch-{amount}"
+
+    @compensation
+    def refund(self, ctx: CompensationContext) -> None:
+        """Refund the charge."""
+
+    def find_charge(self, ctx: ReconcileContext) -> Reconciled:
+        found = self.taken.get(ctx.call_id)
+        evidence = Evidence.of(f"charges?key={ctx.call_id}", (found or "none").encode())
+        if found is None:
+            return Reconciled.did_not_land(evidence=evidence)
+        return Reconciled.landed(found, evidence=evidence)
+
+
+@pytest.mark.parametrize(
+    ("taken", "result", "ran"),
+    [({"charge-1": "ch-provider"}, "ch-provider", 0), ({}, "ch-9", 1)],
+    ids=["landed", "did-not-land"],
+)
+def test_a_retried_activity_in_doubt_asks_the_tools_reconciler_first(
+    sagacity: Sagacity, taken: dict[str, str], result: str, ran: int
+) -> None:
+    payments = Payments(taken)
+    activities = SagaActivities(sagacity, [payments])
+    journal_intent(sagacity, "s-4", "charge-1", tool_name="charge", tool_input={"amount": "9"})
+    call = CallInput(tool="charge", call_id="charge-1", arguments={"amount": "9"})
+    output = environment("s-4", attempt=2).run(activities.call, activities.tools["charge"], call)
+    assert (output.result, payments.ran) == (result, ran)
+    phases = [e.phase.value for e in sagacity.history("s-4")]
+    assert phases[:2] == ["INTENT", "RECONCILED"]
