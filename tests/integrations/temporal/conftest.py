@@ -7,6 +7,7 @@ the CLI or the temporalio SDK the tests skip loudly; under CI=true they fail.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -39,6 +40,13 @@ def temporal_cli() -> str | None:
     """The `temporal` CLI next to this interpreter (the venv's), else on the PATH."""
     beside = Path(sys.executable).parent / "temporal"
     return str(beside) if beside.exists() else shutil.which("temporal")
+
+
+async def _healthy(address: str) -> None:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    await client.service_client.check_health()
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +90,9 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if server.poll() is not None:
                 _missing(f"the dev server exited with {server.returncode}: {log.read_text()}")
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                asyncio.run(_healthy(f"127.0.0.1:{port}"))
                 break
-            except OSError:
+            except (OSError, RuntimeError):  # not listening, or "Frontend is not healthy yet"
                 if time.monotonic() > deadline:
                     _missing(f"the dev server did not listen within 60 s: {log.read_text()}")
                 with contextlib.suppress(subprocess.TimeoutExpired):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -64,3 +66,30 @@ async def test_a_failure_the_workflow_swallows_still_compensates(
     assert (cause.type, cause.details[0]) == ("SagacitySagaEnded", "COMPENSATED")
     assert shop.log == ["reserve A-1", "release res-A-1-1"]
     assert sagacity.history(sid)[-1].payload["outcome"] == "COMPENSATED"
+
+
+async def test_two_workers_with_their_own_sagacity_share_the_sagas(
+    client: Client, shared_store_url: str
+) -> None:
+    """Two "machines": separate clients and Sagacity instances on one journal, one queue."""
+    shops = [Shop(), Shop()]
+    sagas = [saga_id() for _ in range(6)]
+    other = await Client.connect(client.service_client.config.target_host)
+    with Sagacity.from_url(shared_store_url) as one, Sagacity.from_url(shared_store_url) as two:
+        async with (
+            running_worker(client, one, shops[0]) as queue,
+            running_worker(other, two, shops[1], task_queue=queue),
+        ):
+            results = await asyncio.gather(
+                *(
+                    run(client, queue, OrderWorkflow.run, Order(sid, ship=True), id=sid)
+                    for sid in sagas
+                )
+            )
+        for sid, done in zip(sagas, results, strict=True):
+            assert done == ["res-A-1-2", "ch-40.00", f"sh-{sid}"]
+            assert one.history(sid)[-1].payload["outcome"] == "COMPLETED"
+            assert verify(one.journal, sid).ok
+    # Each call ran once, on whichever worker took its activity.
+    total = shops[0].calls + shops[1].calls
+    assert dict(total) == {"reserve_inventory": 6, "charge_card": 6, "ship": 6}
