@@ -54,6 +54,21 @@ class TestWorkflowGates:
             assert Worker(workers_side).run_once() == 0  # once
             del runtime
 
+    def test_a_gate_rejected_where_the_workflow_is_not_is_undone_by_the_worker(
+        self, url: str, tmp_path: Path
+    ) -> None:
+        """`reject` without the stages leaves the undo; the worker with the runtime does it."""
+        ledger = Ledger(tmp_path / "ledger.txt")
+        with Sagacity.from_url(url) as workers_side, Sagacity.from_url(url) as elsewhere:
+            runtime = WorkflowRuntime(workers_side, [RefundWorkflow(ledger)])
+            runtime.start("refund-request", REQUEST, run_id="refund-3")
+            rejected = elsewhere.reject("refund-3", approver="bob", reason="duplicate")
+            assert rejected.outcome is SagaOutcome.NEEDS_ATTENTION
+            assert Worker(workers_side).run_once() == 1
+            assert runtime.get("refund-3").status is WorkflowStatus.COMPENSATED
+            assert ledger.lines() == ["reserve A-17 120.00", "release res-A-17"]
+            del runtime
+
     def test_without_the_workflow_registered_the_run_is_left_and_reported(
         self, url: str, tmp_path: Path
     ) -> None:
