@@ -81,8 +81,13 @@ class Tracing(Protocol):
         """A compensation's COMPENSATING was journaled: start its span."""
         ...
 
-    def compensation_ended(self, saga_id: str, executed: JournalEntry, failed: bool) -> None:
-        """Its COMPENSATED or COMPENSATION_FAILED was journaled: end its span."""
+    def compensation_ended(
+        self, saga_id: str, executed: JournalEntry, failure: dict[str, Any] | None
+    ) -> None:
+        """Its COMPENSATED or COMPENSATION_FAILED was journaled: end its span.
+
+        `failure` is the COMPENSATION_FAILED payload (its error's type and message).
+        """
         ...
 
     def approval_event(self, saga_id: str, name: str, attributes: dict[str, Any]) -> None:

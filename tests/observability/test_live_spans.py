@@ -334,3 +334,35 @@ def test_no_span_is_current_after_the_call(telemetry: Telemetry, memory: Sagacit
     memory.saga("s-11", work)
     assert seen == ["saga s-11", "saga s-11"]
     assert getattr(trace.get_current_span(), "name", None) is None
+
+
+def test_a_failed_compensation_records_its_error(telemetry: Telemetry, memory: Sagacity) -> None:
+    """The undo's span has the journaled error's type, an exception event and ERROR."""
+
+    def undo() -> None:
+        raise PermissionError("the carrier refuses the cancel")
+
+    @compensable(by=undo)
+    def book(slot: str) -> str:
+        return f"bk-{slot}"
+
+    @compensable(by=undo)
+    def pay(amount: str) -> str:
+        raise ConnectionError("bank down")
+
+    booked, paid = memory.wrap(book, pay)
+
+    def work() -> None:
+        booked(slot="9am")
+        paid(amount="5")
+
+    assert memory.saga("s-12", work).outcome.value == "COMPENSATION_FAILED"
+    span = telemetry.named("compensate book")
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == "PermissionError"
+    (event,) = span.events
+    assert event.name == "exception"
+    assert dict(event.attributes or {}) == {
+        "exception.type": "PermissionError",
+        "exception.message": "the carrier refuses the cancel",
+    }

@@ -190,7 +190,7 @@ class CompensationRunner:
             )
         tracing = _telemetry.current
         if tracing is not None:
-            tracing.compensation_ended(history.saga_id, executed, failure is not None)
+            tracing.compensation_ended(history.saga_id, executed, failure)
 
     def _steps(self, history: SagaHistory, plan: _Plan) -> Iterator[_Step]:
         """The plan's steps, then those of calls that executed while they ran, once each.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any
 
@@ -155,11 +156,13 @@ class OtelTracing:
         with self._guard:
             self._compensations[(saga_id, executed.seq)] = (span, token)
 
-    def compensation_ended(self, saga_id: str, executed: JournalEntry, failed: bool) -> None:
-        """End the compensation's span; it stops being current."""
+    def compensation_ended(
+        self, saga_id: str, executed: JournalEntry, failure: dict[str, Any] | None
+    ) -> None:
+        """End the compensation's span, with the error it journaled; it stops being current."""
         with self._guard:
             live = self._compensations.pop((saga_id, executed.seq), None)
-        outcome = "COMPENSATION_FAILED" if failed else "COMPENSATED"
+        outcome = "COMPENSATED" if failure is None else "COMPENSATION_FAILED"
         self.compensations.add(
             1, {"gen_ai.tool.name": str(executed.tool_name), "sagacity.phase": outcome}
         )
@@ -168,8 +171,14 @@ class OtelTracing:
         span, token = live
         otel_context.detach(token)  # type: ignore[arg-type]
         span.set_attribute("sagacity.phase", outcome)
-        if failed:
-            span.set_attribute("error.type", "compensation_failed")
+        if failure is not None:
+            error_type, message = _journaled_error(failure)
+            span.set_attribute("error.type", error_type)
+            # The exception itself is gone (the journal keeps its type and message): the
+            # event the SDK's record_exception would have made, from those.
+            span.add_event(
+                "exception", {"exception.type": error_type, "exception.message": message}
+            )
             span.set_status(Status(StatusCode.ERROR, outcome))
         span.end()
 
@@ -221,3 +230,12 @@ def instrument(
 def uninstrument() -> None:
     """Turn them off again: the core goes back to its no-op hooks."""
     _telemetry.current = None
+
+
+def _journaled_error(failure: dict[str, Any]) -> tuple[str, str]:
+    """A COMPENSATION_FAILED payload's error as (type, message): it journals `Type: message`."""
+    error = str(failure.get("error") or "")
+    kind, _, message = error.partition(": ")
+    if message and re.fullmatch(r"[A-Za-z_][\w.]*", kind):
+        return kind, message
+    return str(failure.get("kind") or "compensation_failed"), error
