@@ -135,6 +135,58 @@ class TestResume:
         assert orders.log == ["reserve SKU-1 x1", "release res-SKU-1-1"]
         assert phases(sagacity.history(SAGA)) == before
 
+    async def test_a_rejection_told_in_a_replay_of_the_ended_saga_journals_nothing(
+        self, sagacity: Sagacity
+    ) -> None:
+        """As a worker tells a run rejected elsewhere: inside a replay of the ended saga.
+
+        ADK tells the model no, nothing runs, the saga's outcome stays COMPENSATED and the
+        result says it was a replay.
+        """
+        orders = Orders()
+        desk = wire_desk(sagacity, orders)
+        request = await pause(sagacity, desk)
+        sagacity.reject(SAGA, approver="bob", reason="wrong supplier")
+        before = phases(sagacity.history(SAGA))
+        resumer = AdkResumer(desk.runner, user_id=USER)
+        decision = decided(request, DecisionOutcome.REJECTED, "wrong supplier")
+
+        result = await sagacity.aresume_saga(SAGA, lambda: resumer(decision))
+
+        assert result.outcome is SagaOutcome.COMPENSATED
+        assert result.replayed is True
+        assert orders.calls["send_wire_transfer"] == 0
+        assert phases(sagacity.history(SAGA)) == before
+
+    async def test_a_call_run_elsewhere_is_replayed_when_adk_resumes(
+        self, sagacity: Sagacity
+    ) -> None:
+        """Approved and run by `resume_saga` without work; ADK's own resume then replays it.
+
+        The session's confirmation is answered with the journaled result: the wire ran once.
+        """
+        orders = Orders()
+        desk = wire_desk(sagacity, orders)
+        request = await pause(sagacity, desk)
+        sagacity.approve(SAGA, approver="alice")
+        elsewhere = await sagacity.aresume_saga(SAGA)
+        assert elsewhere.outcome is SagaOutcome.COMPLETED
+        resumer = AdkResumer(desk.runner, user_id=USER)
+        decision = decided(request, DecisionOutcome.APPROVED, None)
+
+        result = await sagacity.aresume_saga(SAGA, lambda: resumer(decision))
+
+        assert result.outcome is SagaOutcome.COMPLETED
+        assert result.replayed is True
+        assert orders.calls["send_wire_transfer"] == 1
+        responses = [
+            response.response
+            for event in result.value
+            for response in event.get_function_responses()
+            if response.id == "call-2"
+        ]
+        assert responses == [{"result": "wire-900.00-ACME"}]
+
     async def test_an_unknown_session_is_named(self, sagacity: Sagacity) -> None:
         """A decision whose session the runner does not have: an error naming saga and session."""
         desk = wire_desk(sagacity, Orders())

@@ -213,7 +213,11 @@ class _ConfirmationPolicy:
                 )
             return True
         scope = current_scope()
-        if scope is not None and call_id is not None and _confirming(context):
+        if (
+            scope is not None
+            and call_id is not None
+            and _confirming(context, call_id, self.tool.name)
+        ):
             await scope.settled()  # the history is read under the scope's lock
             with scope.lock:
                 asked = call_id in scope.history.asked
@@ -246,16 +250,30 @@ def _refused(refusal: ApprovalError) -> dict[str, str]:
     return {"error": f"sagacity refused this call, and it did not run: {refusal}"}
 
 
-def _confirming(context: Any) -> bool:
-    """Whether ADK is resuming this call with a `ToolConfirmation` (or checking one)."""
+def _confirming(context: Any, call_id: str, tool_name: str) -> bool:
+    """Whether ADK is resuming this call with a `ToolConfirmation`, or checking one for it.
+
+    True once the session holds an `adk_request_confirmation` for this call of this tool:
+    ADK asked the client about it before, so this is not the model's first call of it (a
+    model reusing the id for another tool is asked about, and refused).
+    """
     if getattr(context, "tool_confirmation", None) is not None:
         return True
-    user_content = getattr(context, "user_content", None)
-    parts = getattr(user_content, "parts", None) or []
-    return any(
-        part.function_response is not None and part.function_response.name == REQUEST_CONFIRMATION
-        for part in parts
-    )
+    session = getattr(context, "session", None)
+    for event in getattr(session, "events", None) or []:
+        if event.author == "user":
+            continue
+        for function_call in event.get_function_calls():
+            if function_call.name != REQUEST_CONFIRMATION:
+                continue
+            original = (function_call.args or {}).get("originalFunctionCall")
+            if (
+                isinstance(original, dict)
+                and original.get("id") == call_id
+                and original.get("name") == tool_name
+            ):
+                return True
+    return False
 
 
 def _reason(payload: object) -> str:
