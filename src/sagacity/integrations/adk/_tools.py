@@ -185,12 +185,12 @@ class _ConfirmationPolicy:
         The first time a call is seen this journals AWAITING_APPROVAL and stores the
         request. When a confirmation resumes a call sagacity asked about, the answer is
         True without asking again: the call's own approval check decides, once, when ADK
-        runs it. A `ToolConfirmation` with
-        `confirmed=False` is journaled REJECTED, and answers True: ADK then tells the model
-        the call was rejected. A refusal (another tool under an asked id, an id that ran
-        before with other input) is journaled REFUSED and answers True: sagacity raises it
-        when the saga's work returns. Outside a saga the answer is True: should a
-        confirmation let the call run, it raises `NoSagaError`.
+        runs it. A `ToolConfirmation` with `confirmed=False` is journaled REJECTED, and
+        answers True: ADK then tells the model the call was rejected. A refusal (another
+        tool under an asked id, an id that ran before with other input) is journaled
+        REFUSED and answers True: sagacity raises it when the saga's work returns.
+        Outside a saga the answer is True: should a confirmation let the call run, it
+        raises `NoSagaError`.
         """
         context = kwargs[self.context_name]
         call_id = _call_id(context)
