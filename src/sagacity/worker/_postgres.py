@@ -63,11 +63,14 @@ _SETUP = [
         FOR EACH ROW WHEN (NEW.phase IN ('APPROVED', 'REJECTED'))
         EXECUTE FUNCTION {prefix}sagacity_journal_notify_decision()
     """,
-    """
-    CREATE INDEX IF NOT EXISTS sagacity_journal_decided ON {table} (recorded_at)
-        WHERE phase IN ('APPROVED', 'REJECTED')
-    """,
 ]
+
+_INDEX = """
+    CREATE INDEX CONCURRENTLY IF NOT EXISTS sagacity_journal_decided ON {table} (recorded_at)
+        WHERE phase IN ('APPROVED', 'REJECTED')
+"""
+"""Built without blocking the journal's appends (CONCURRENTLY), so a first worker on a
+journal of millions of rows does not hold the writers up while it is built."""
 
 
 class PostgresWatch:
@@ -86,9 +89,10 @@ class PostgresWatch:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._no_trigger = False
         self._install(tables.prefix)
         self.listening = False
-        if listen is not False:
+        if listen is not False and not self._no_trigger:
             self.listening = self._listen()
             if not self.listening and listen:
                 raise JournalError(
@@ -122,7 +126,29 @@ class PostgresWatch:
                     sql = statement.format(prefix=prefix, table=self._table, channel=CHANNEL)
                     conn.execute(sql.encode())
 
-        self._db.run(lambda: f"cannot set up decision notifications in {self._where}", install)
+        def index(conn: psycopg.Connection[Any]) -> None:
+            found = conn.execute(
+                "SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "WHERE i.indrelid = %s::regclass AND c.relname = 'sagacity_journal_decided' "
+                "AND i.indisvalid",
+                (self._table,),
+            ).fetchone()
+            if found is None:
+                # A build another worker left invalid is dropped and made again.
+                conn.execute(
+                    f"DROP INDEX CONCURRENTLY IF EXISTS {prefix}sagacity_journal_decided".encode()
+                )
+                conn.execute(_INDEX.format(table=self._table).encode())
+
+        try:
+            self._db.run(lambda: f"cannot set up decision notifications in {self._where}", install)
+        except JournalError as error:  # a role that may append but not create triggers
+            logger.warning("%s: waking on decisions by polling only", error)
+            self._no_trigger = True
+        try:
+            self._db.run(lambda: f"cannot index the decisions in {self._where}", index)
+        except JournalError as error:  # two workers building it at once: one wins
+            logger.info("%s (another worker may be building it)", error)
 
     def _listen(self) -> bool:
         """LISTEN on a connection of its own, and check that a NOTIFY comes back."""
