@@ -182,12 +182,9 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         `ConfigurationError`. A `SagaTool` this Sagacity already made is returned as it
         is, in its place, so adapters take both.
         """
+        known, reconcilers = self._tools, self._reconciling.registry
         tools = wrap_sources(
-            self,
-            sources,
-            known=self._tools,
-            registry=self._registry,
-            reconcilers=self._reconciling.registry,
+            self, sources, known=known, registry=self._registry, reconcilers=reconcilers
         )
         self.approval.declare(tools)
         return tools
@@ -365,7 +362,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
             call, tool, kwargs = self._stored_call(saga_id, request_id)
             if tool.is_async:
                 return run_coroutine(
-                    self.aresume_saga(saga_id, request_id=call.request.request_id),
+                    self._aresume(saga_id, None, call.request.request_id, reconciled=True),
                     f"saga {saga_id!r}: tool {tool.name!r} is async",
                 )
 
@@ -385,8 +382,19 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
         request_id: str | None = None,
     ) -> SagaResult:
         """Resume a saga that waited for approval, from async code (see `resume_saga`)."""
+        return await self._aresume(saga_id, work, request_id)
+
+    async def _aresume(
+        self,
+        saga_id: str,
+        work: Callable[[], Awaitable[Any]] | None,
+        request_id: str | None,
+        *,
+        reconciled: bool = False,
+    ) -> SagaResult:
         replay = work is not None
-        await self._areconcile_before(saga_id)
+        if not reconciled:  # the sync resume_saga of an async tool asked them already
+            await self._areconcile_before(saga_id)
         if work is None:
             call, tool, kwargs = await asyncio.to_thread(self._stored_call, saga_id, request_id)
 
@@ -465,8 +473,7 @@ class Sagacity(ApprovalDecisions, DoubtSettling):
     ) -> SagaScope:
         """Open saga `saga_id` under `keeper`'s lease, from `history` (else read now).
 
-        A saga run again (not resumed: `resume_saga` reconciles first) has its doubts put
-        to their reconcilers unless `settled`.
+        A saga run again has its doubts reconciled unless `settled` (resumes do it first).
         """
         history = keeper.hold(history or keeper.empty_history or self._history(saga_id))
         if not (resuming or settled) and history.entries and self._reconciling.registry:

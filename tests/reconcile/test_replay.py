@@ -7,13 +7,17 @@ not land, the tool runs, once. `Sagacity.reconcile` asks without walking or resu
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sagacity import (
+    ApprovalAlreadyUsedError,
     CompensationContext,
     Phase,
     ReconcileContext,
     Reconciled,
+    Reversibility,
     Sagacity,
     SagaOutcome,
     compensable,
@@ -73,3 +77,50 @@ def test_reconcile_asks_without_walking(store_url: str) -> None:
         assert verdict.payload["verdict"] == "unknown"
         assert verdict.payload["reason"] == "not yet"
         assert sagacity.history("s")[-1] == verdict  # nothing walked, nothing ended
+
+
+def test_a_sync_resume_of_an_async_call_asks_once(store_url: str) -> None:
+    """`resume_saga` of an async approved call in doubt asks its reconciler once.
+
+    It cannot tell: one RECONCILED, the resume refused; a human finds it was not sent, and
+    the next resume sends it once.
+    """
+    asked: list[str] = []
+    sent: list[str] = []
+
+    async def find(ctx: ReconcileContext) -> Reconciled:
+        asked.append(ctx.call_id)
+        return Reconciled.unknown("the bank's API is down")
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE, reconcile=find)
+    async def wire(amount: str) -> str:
+        sent.append(amount)
+        return f"wr-{amount}"
+
+    with Sagacity.from_url(store_url) as sagacity:
+        (tool,) = sagacity.wrap(wire)
+
+        async def ask() -> None:
+            await tool("9")
+
+        asyncio.run(sagacity.asaga("w", ask))
+        (request,) = sagacity.pending("w")
+        sagacity.approve("w", approver="alice")
+        sagacity.journal.append(  # the process killed inside the approved call leaves this
+            "w",
+            Phase.INTENT,
+            tool_name="wire",
+            call_id=request.call_id,
+            payload={
+                "input": {"amount": "9"},
+                "reversibility": "IRREVERSIBLE",
+                "request_id": request.request_id,
+            },
+        )
+        with pytest.raises(ApprovalAlreadyUsedError):
+            sagacity.resume_saga("w")
+        assert asked == [request.call_id]
+        assert [e.phase for e in sagacity.history("w")].count(Phase.RECONCILED) == 1
+        sagacity.resolve("w", request.call_id, executed=False, by="ops")
+        result = sagacity.resume_saga("w")
+        assert (result.outcome, result.value, sent) == (SagaOutcome.COMPLETED, "wr-9", ["9"])
