@@ -1,4 +1,4 @@
-"""A worker's health: written as JSON at every heartbeat, checked by `sagacity worker --health`."""
+"""A worker's health: JSON rewritten every second, read by `sagacity worker --check-health`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["WorkerHealth", "check_health", "read_health", "write_health"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class WorkerHealth:
-    """How a worker stands: what `health_file` holds and `sagacity worker --health` reads."""
+    """How a worker stands: what `health_file` holds and `sagacity worker --check-health` reads."""
 
     pid: int
     """The worker's process id."""

@@ -52,20 +52,22 @@ class Worker:
         sagacity: The Sagacity whose journal is watched; its tools (`wrap`) and
             compensations must be the application's, so that resumed calls and the
             compensation walk run here.
-        resumer: How paused runs continue. One `Resumer` continues every saga. A mapping
-            from resumer names to resumers picks by `Decision.resumer`; a saga whose name
-            has no entry is left alone (logged once, and listed in `WorkerHealth`), never
-            guessed. With None, or with no `"work"` entry in the mapping, a saga paused by
-            plain code (`"work"`) is resumed by running its approved call with the stored
-            input (`Sagacity.resume_saga(saga_id)`, no work), and a rejected one is
-            compensated.
+        resumer: How paused runs continue (see `resumer_for`). One `Resumer` continues
+            every saga but workflow runs. A mapping from resumer names to resumers picks
+            by `Decision.resumer`; a saga whose name has no entry is left alone (logged
+            once, and listed in `WorkerHealth.unroutable`), never guessed. Workflow runs
+            (`"workflow"`) are continued by the `WorkflowRuntime`s of this process unless
+            the mapping names another. With None, or with no `"work"` entry in the
+            mapping, a saga paused by plain code (`"work"`) is resumed by running its
+            approved call with the stored input (`Sagacity.resume_saga(saga_id)`, no
+            work), and a rejected one is compensated.
         poll_interval: Seconds between looks at the journal when nothing woke the
             worker: the latency on SQLite and in memory (default 0.2 s), the safety net
             under LISTEN/NOTIFY on PostgreSQL (default 5 s).
         listen: On PostgreSQL, use LISTEN/NOTIFY (True), poll only (False: behind
             PgBouncer in transaction mode), or decide by trying LISTEN (None).
         health_file: Where the worker writes its `WorkerHealth` as JSON at every
-            heartbeat (`sagacity worker --health FILE` checks it).
+            heartbeat, every second (`sagacity worker --check-health FILE` checks it).
         rescan_interval: Seconds between full looks for every saga still waiting to be
             resumed (those a missed wake-up left, or a dead worker's).
 
