@@ -59,7 +59,7 @@ class TestDoc:
     def test_code_blocks_compile(self) -> None:
         """Every Python block of the adapter's page is valid Python (top-level await allowed)."""
         blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
-        assert len(blocks) == 3
+        assert len(blocks) == 4
         for block in blocks:
             compile(block, str(DOC), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
 

@@ -162,6 +162,8 @@ class TestExports:
 
         assert adapter.__all__ == [
             "REJECTION_SOURCE",
+            "RESUMER",
+            "OpenAIAgentsResumer",
             "as_function_tool",
             "classify_agents_error",
             "function_tools",

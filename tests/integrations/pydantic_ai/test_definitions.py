@@ -138,7 +138,9 @@ class TestPackage:
         assert adapter.__all__ == [
             "DENIAL_SOURCE",
             "METADATA_KEY",
+            "RESUMER",
             "JournalPolicy",
+            "PydanticAIResumer",
             "SagaCapability",
             "SagaToolset",
             "classify_exception",
