@@ -16,7 +16,6 @@ again under the same call id, as approved.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,8 +37,9 @@ from sagacity.errors import (
 from sagacity.integrations._engine import CallNotRunError, run_call
 from sagacity.integrations.pydantic_ai import classify_exception
 from sagacity.integrations.temporal._activities import BUSY, IN_DOUBT, TOOL_FAILED
+from sagacity.integrations.temporal._agent_saga import AgentSaga, open_agent_saga
 from sagacity.integrations.temporal._wire import TEMPORAL
-from sagacity.integrations.temporal._workflow import SagaEndedError, TemporalSaga
+from sagacity.integrations.temporal._workflow import SagaEndedError
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
@@ -54,42 +54,6 @@ __all__ = [
 METADATA_KEY = "sagacity"
 """The key of sagacity's entry in the metadata of the `ApprovalRequired` an activity
 returns for a call that waits for a human."""
-
-_open_saga: contextvars.ContextVar[AgentSaga | None] = contextvars.ContextVar(
-    "sagacity_temporal_agent_saga", default=None
-)
-
-
-class AgentSaga(TemporalSaga):
-    """A `TemporalSaga` around a durable agent run: its tools' approvals wait in it.
-
-    ```python
-    async with AgentSaga() as saga:
-        result = await agent.run(prompt)
-    ```
-
-    As `TemporalSaga`: leaving the block normally ends the saga COMPLETED, or, when a call
-    failed that the agent loop turned into a message for the model (PydanticAI's
-    `ToolFailed`), compensates it and raises `SagaEndedError`; leaving it by an exception
-    compensates. While it is open, an IRREVERSIBLE call of a `TemporalSagaToolset` waits
-    in it for the human's journaled decision.
-    """
-
-    async def __aenter__(self) -> AgentSaga:
-        self._token = _open_saga.set(self)
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        _open_saga.reset(self._token)
-        await super().__aexit__(*exc_info)
-
-    async def wait_for_decision(self, call_id: str, request_id: str) -> str:
-        """approved, rejected or expired: the journal's decision on the call's request.
-
-        Waits durably (a timer, and the `sagacity.decision` signal that `DecisionRelay`
-        sends), asking the journal through an activity, never from workflow code.
-        """
-        return await self._decision(call_id, request_id)
 
 
 @dataclasses.dataclass
@@ -165,7 +129,7 @@ class TemporalSagaToolset(WrapperToolset[Any]):
                 `SagacityNoSaga`, nothing is scheduled): no one would end the saga.
             SagaEndedError: The call's request was rejected or expired.
         """
-        saga = _open_saga.get()
+        saga = open_agent_saga()
         if saga is None and workflow.in_workflow():
             raise ApplicationError(
                 f"toolset {self.wrapped.id!r}: tool {name!r} call {ctx.tool_call_id!r} was not "
@@ -183,10 +147,12 @@ class TemporalSagaToolset(WrapperToolset[Any]):
             call_id, request_id = str(asked["call_id"]), str(asked["request_id"])
             decision = await saga.wait_for_decision(call_id, request_id)
             if decision != "approved":
-                raise SagaEndedError(
-                    f"tool {name!r} call {call_id!r}: request {request_id} was {decision}; "
-                    "the saga is compensated",
-                    outcome=decision,
+                raise saga.refused(
+                    SagaEndedError(
+                        f"tool {name!r} call {call_id!r}: request {request_id} was {decision}; "
+                        "the saga is compensated",
+                        outcome=decision,
+                    )
                 ) from None
             approved = dataclasses.replace(ctx, tool_call_approved=True)
             return await super().call_tool(name, tool_args, approved, tool)
