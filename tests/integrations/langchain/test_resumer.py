@@ -21,8 +21,14 @@ from sagacity import Sagacity, SagaOutcome
 from sagacity.audit import verify
 from sagacity.integrations.langchain import RESUMER
 from sagacity.server import create_app
-from tests.integrations._bank import approve_elsewhere, cli, ledger_lines, worker_process
-from tests.integrations.langchain._worker_app import CHECKPOINTS, bank_graph
+from tests.integrations._bank import (
+    WorkerProcess,
+    approve_elsewhere,
+    cli,
+    ledger_lines,
+    worker_process,
+)
+from tests.integrations.langchain._worker_app import CHECKPOINTS, HANG_FINAL, LEASE_TTL, bank_graph
 from tests.server._bank import ALICE, token_auth
 
 APP = "tests.integrations.langchain._worker_app:worker"
@@ -127,3 +133,37 @@ class TestRejected:
             )
             assert ledger_lines(ledger) == ["hold ACME-ops 250.00", "release hold-ACME-ops"]
             assert sagacity.history("lg-3")[-1].payload["outcome"] == "COMPENSATED"
+
+
+class TestKilledMidResume:
+    def test_another_worker_finishes_the_graph_and_the_wire_runs_once(
+        self, sqlite_url: str, tmp_path: Path, ledger: Path
+    ) -> None:
+        """SIGKILLed after the wire ran, before the saga ended: the next worker finishes it.
+
+        Its resume runs the graph's tool node again, where the journal replays the wire
+        (no second transfer), and the agent's last message names the transfer id.
+        """
+        checkpoints = tmp_path / "checkpoints.db"
+        env = {CHECKPOINTS: str(checkpoints), LEASE_TTL: "1"}
+        with Sagacity.from_url(sqlite_url) as sagacity:
+            paused = Paused(sagacity, checkpoints, "lg-k")
+            first = WorkerProcess(APP, sqlite_url, ledger, **env, **{HANG_FINAL: "1"})
+            try:
+                approve_elsewhere("lg-k", sqlite_url, ledger)
+                first.wait_for("teller: the last turn hangs")
+            finally:
+                first.child.kill()
+                assert first.child.wait(timeout=60) == -9
+                first.stop()
+            assert ledger_lines(ledger) == ["hold ACME-ops 250.00", "wire 250.00 ACME"]
+            assert [e.phase.name for e in sagacity.history("lg-k")][-2:] == ["INTENT", "EXECUTED"]
+
+            with worker_process(APP, sqlite_url, ledger, **env) as second:
+                second.wait_for("saga 'lg-k': request")
+
+            assert paused.last_message() == "The bank says: wt-250.00-ACME"
+            assert ledger_lines(ledger) == ["hold ACME-ops 250.00", "wire 250.00 ACME"]
+            wire = [e.phase.name for e in sagacity.history("lg-k") if e.call_id == "call-w"]
+            assert wire == ["AWAITING_APPROVAL", "APPROVED", "INTENT", "EXECUTED"]
+            assert sagacity.history("lg-k")[-1].payload["outcome"] == "COMPLETED"
