@@ -53,7 +53,7 @@ _INTENT, _IRREVERSIBLE = Phase.INTENT, Reversibility.IRREVERSIBLE
 class Call(CallOutcome):
     """One call on the hot path: decide, journal INTENT, then EXECUTED or FAILED."""
 
-    __slots__ = ("refused",)  # and `CallOutcome`'s: one object per call
+    __slots__ = ("refused", "rule")  # and `CallOutcome`'s: one object per call
 
     def __init__(
         self,
@@ -79,6 +79,8 @@ class Call(CallOutcome):
         self.request: ApprovalRequest | None = None
         self.refused: Callable[[], None] | None = None
         """Set when the call was refused: journals REFUSED and raises the refusal."""
+        self.rule: dict[str, JsonValue] | None = None
+        """Why the tool's approval rule asks a human, journaled with the request."""
         if call_id is not None:
             try:
                 self.call_id = require_id(
@@ -212,7 +214,8 @@ class Call(CallOutcome):
                     f"compensated; {_gated(tool)} {tool.name!r} is not run. Run it in a "
                     "new saga if it is still wanted"
                 )
-            return self._begin_approved(payload)
+            if not self._ruled_out(payload):
+                return self._begin_approved(payload)
         if scope.failed_before:
             # Its effect would be undone as soon as the work returns: do not start it.
             raise SagaStateError(
@@ -228,6 +231,28 @@ class Call(CallOutcome):
                 scope.refusal = refusal
                 raise
         return payload
+
+    def _ruled_out(self, payload: dict[str, JsonValue]) -> bool:
+        """Whether the tool's approval rule lets this call run without asking a human.
+
+        The rule is asked only for a call never asked before: once a request exists, its
+        decision stands, whatever the rule would say now. Let through, the rule's record
+        goes in the INTENT's `payload`; asking, it is kept for the request.
+        """
+        self.rule = None
+        tool, scope = self.tool, self.scope
+        rule = scope.owner.approval.rules.get(tool.name)
+        if rule is None or tool.approval_reason is not None:
+            return False
+        scope.refresh()  # a request another process journaled for this call decides it
+        if self.call_id in scope.history.asked:
+            return False
+        decision = rule.decide(self.input)
+        if decision.asked:
+            self.rule = decision.record
+            return False
+        payload["approval_rule"] = decision.record
+        return True
 
     def _refuse_if_closed(self, consequence: str) -> None:
         if self.scope.closed:
@@ -337,6 +362,7 @@ class Call(CallOutcome):
             if summary
             else f"{tool.name} is IRREVERSIBLE",
             started_by=self.scope.started_by,
+            rule=self.rule,
         )
 
     def pending_request(self) -> ApprovalRequest | None:
@@ -363,7 +389,9 @@ class Call(CallOutcome):
                     raise replay_refusal(scope.history, self.call_id, self.tool.name, prior)
                 request = self._asked_request()
                 if request is None:
-                    return self._ask()
+                    # Let through, nothing is journaled yet: the call asks the rule again
+                    # and journals its decision with the INTENT.
+                    return None if self._ruled_out({}) else self._ask()
                 scope.owner.approval.check(
                     scope.history, request, input_sha256=sha256_hex(self.input)
                 )

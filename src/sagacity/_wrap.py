@@ -20,6 +20,7 @@ from sagacity.annotations import (
     check_approvers,
     declaration_of,
 )
+from sagacity.approval._rules import approval_rule
 from sagacity.compensation import Compensation, CompensationRegistry
 from sagacity.errors import ConfigurationError
 from sagacity.tools import SagaTool
@@ -231,6 +232,7 @@ def _declared(
         )
     _check_retry(declaration, name, where)
     check_approvers(declaration.approvers, declaration.reversibility, name, where)
+    approval_rule(declaration.approval, func, declaration.reversibility, name, where)
     _check_compensation_options(declaration, name, where)
     if compensation is not None:
         timeout = declaration.compensation_timeout

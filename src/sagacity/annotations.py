@@ -81,6 +81,9 @@ class ToolDeclaration:
     """The same for the tool's compensation in doubt."""
     reconcile_timeout: float = 30.0
     """Seconds a reconciler may take before its doubt is left to a human."""
+    approval: str | Callable[..., Any] | None = None
+    """When an IRREVERSIBLE call needs a human: a rule such as `"amount > 1000"`, or a sync
+    callable taking the call's input and returning True to ask; None: every call asks."""
 
 
 @overload
@@ -103,6 +106,7 @@ def compensable(
     reconcile: str | Callable[..., Any] | None = None,
     reconcile_compensation: str | Callable[..., Any] | None = None,
     reconcile_timeout: float = 30.0,
+    approval: str | Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -123,6 +127,7 @@ def compensable(
     reconcile: str | Callable[..., Any] | None = None,
     reconcile_compensation: str | Callable[..., Any] | None = None,
     reconcile_timeout: float = 30.0,
+    approval: str | Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -162,6 +167,13 @@ def compensable(
             the same reconciler as `reconcile`: `ctx.subject` says which is asked about).
         reconcile_timeout: Seconds a reconciler may take; past them its doubt is left to a
             human, with the timeout journaled.
+        approval: For an IRREVERSIBLE tool, when a call needs a human: a rule over its
+            arguments such as `"amount > 1000 or payee != 'ACME'"` (see
+            docs/approval.md#policy for the grammar), or a sync callable taking the call's
+            input (a read-only mapping) and returning True to ask. Evaluated once, at the
+            call; a call the rule lets through runs without a request, its INTENT recording
+            the rule and a hash of the arguments it read. An error asks the human. None:
+            every call asks. Checked at wrap time.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -185,6 +197,7 @@ def compensable(
         reconcile=reconcile,
         reconcile_compensation=reconcile_compensation,
         reconcile_timeout=reconcile_timeout,
+        approval=approval,
     )
 
     def declare(target: F) -> F:

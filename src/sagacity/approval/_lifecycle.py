@@ -30,6 +30,7 @@ from sagacity.approval._decide import RequestDecisions
 from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
 from sagacity.approval._resume import ResumableCall, refuse_ended_resume
+from sagacity.approval._rules import ApprovalRule, approval_rule
 from sagacity.errors import (
     ApprovalError,
     ApprovalExpiredError,
@@ -88,12 +89,25 @@ class ApprovalLifecycle(RequestDecisions):
         self.declared_approvers: dict[str, int] = {}
         """How many approvers each wrapped tool declared, by name: a copy of a tool that
         an adapter makes asks for as many as the tool itself."""
+        self.rules: dict[str, ApprovalRule] = {}
+        """When each wrapped tool's calls need a human (`compensable(approval=)`), by
+        name: a copy of a tool that an adapter makes is decided by the same rule."""
 
     def declare(self, tools: Iterable[WrappedTool]) -> None:
         """Remember how many approvers each wrapped tool declares (`compensable(approvers=)`)."""
         for tool in tools:
             declared = declaration_of(tool.func)
             self.declared_approvers[tool.name] = declared.approvers if declared else 1
+            rule = None
+            if declared is not None:  # checked by wrap() already: this cannot raise there
+                where = f"tool {tool.name!r}"
+                rule = approval_rule(
+                    declared.approval, tool.func, declared.reversibility, tool.name, where
+                )
+            if rule is None:
+                self.rules.pop(tool.name, None)
+            else:
+                self.rules[tool.name] = rule
 
     # -- ask ----------------------------------------------------------------------------
 
@@ -111,6 +125,7 @@ class ApprovalLifecycle(RequestDecisions):
         edited_by: str | None = None,
         request_id: str | None = None,
         expected_seq: int | None = None,
+        rule: dict[str, JsonValue] | None = None,
     ) -> ApprovalRequest:
         """Journal AWAITING_APPROVAL and store the request; `replaces` an expired or edited one.
 
@@ -142,6 +157,8 @@ class ApprovalLifecycle(RequestDecisions):
             payload["resumer"] = resumer
         if edited_by is not None:
             payload["edited_by"] = edited_by
+        if rule is not None:  # why the call asks: its tool's rule said so, or failed
+            payload["approval_rule"] = rule
         entry = history.append(
             self.journal,
             Phase.AWAITING_APPROVAL,
