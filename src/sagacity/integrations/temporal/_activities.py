@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 
 from sagacity.errors import InDoubtError, LeaseLostError, SagaBusyError, SagacityError
 from sagacity.integrations._engine import (
@@ -151,6 +151,10 @@ def _errors(where: str) -> Iterator[None]:
         raise ApplicationError(
             f"{where}: {error}", type=type(error).__name__, non_retryable=True
         ) from error
+    except CancelledError:
+        # Temporal cancelled the activity (its worker shutting down, a cancelled workflow):
+        # not the tool's failure. Temporal retries it; the journal says replay or in doubt.
+        raise
     except Exception as error:
         raise ApplicationError(
             f"{where} failed: {type(error).__name__}: {error}",
