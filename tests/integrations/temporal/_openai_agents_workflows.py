@@ -11,7 +11,7 @@ import datetime
 import json
 from typing import Any
 
-from agents import Agent, Model, ModelProvider, ModelResponse, Runner
+from agents import Agent, Model, ModelProvider, ModelResponse, Runner, Usage
 from temporalio import workflow
 from temporalio.openai_agents.testing import ResponseBuilders
 
@@ -58,6 +58,18 @@ class ScriptedModel(Model):
             if "s1" not in told:
                 return _call("ship", "s1", order_id="o-1")
             return ResponseBuilders.output_message(f"all done ({told['s1']})")
+        if prompt == "together":  # two calls in one response: the SDK runs them at once
+            if "r1" not in told:
+                calls = [
+                    _call("reserve_inventory", "r1", sku="A-1", qty=2),
+                    _call("ship", "s1", order_id="o-1"),
+                ]
+                return ModelResponse(
+                    output=[item for call in calls for item in call.output],
+                    usage=Usage(),
+                    response_id=None,
+                )
+            return ResponseBuilders.output_message(f"{told['r1']} {told['s1']}")
         if "w1" not in told:
             return _call("send_wire_transfer", "w1", amount="900.00", to="ACME")
         return ResponseBuilders.output_message(f"wired: {told['w1']}")

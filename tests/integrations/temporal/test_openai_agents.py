@@ -27,7 +27,7 @@ if importlib.util.find_spec("temporalio.openai_agents") is None:
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.openai_agents import OpenAIAgentsPlugin
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from sagacity import Sagacity
 from sagacity.integrations.temporal import DecisionRelay, SagaActivities
@@ -187,3 +187,29 @@ async def test_an_agent_run_outside_an_agent_saga_runs_no_tool(
     assert isinstance(cause, ApplicationError)
     assert cause.type == "SagacityNoSaga"
     assert shop.calls == {}
+
+
+async def test_parallel_calls_each_run_once_and_a_replay_touches_nothing(
+    client: Client, shared_store_url: str
+) -> None:
+    shop, (sid, queue) = Shop(), ids()
+    with Sagacity.from_url(shared_store_url) as sagacity:
+        async with worker(client, sagacity, shop, queue):
+            handle = await client.start_workflow(
+                ShopAgentWorkflow.run, Ask("together"), id=sid, task_queue=queue
+            )
+            output = await handle.result()
+        history = sagacity.history(sid)
+        # Replaying the workflow's history schedules nothing and never touches the journal.
+        replayer = Replayer(
+            workflows=[ShopAgentWorkflow],
+            plugins=[OpenAIAgentsPlugin(model_provider=ScriptedProvider())],
+            workflow_runner=RUNNER,
+        )
+        await replayer.replay_workflow(await handle.fetch_history())
+        assert sagacity.history(sid) == history
+    assert output == "res-A-1-2 sh-o-1"
+    assert (shop.calls["reserve_inventory"], shop.calls["ship"]) == (1, 1)
+    executed = sorted(e.call_id or "" for e in history if e.phase.value == "EXECUTED")
+    assert executed == ["reserve_inventory-1", "ship-2"]
+    assert history[-1].payload["outcome"] == "COMPLETED"

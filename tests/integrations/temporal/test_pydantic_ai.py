@@ -14,7 +14,7 @@ from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from pydantic_ai.exceptions import ToolFailed
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
+from temporalio.worker import Replayer, Worker
 
 from sagacity import Sagacity
 from sagacity.integrations.temporal import DecisionRelay, SagaActivities
@@ -175,10 +175,17 @@ async def test_parallel_calls_of_one_saga_each_run_once_and_the_saga_completes(
     sid, queue = ids()
     with Sagacity.from_url(shared_store_url) as sagacity:
         async with worker(client, sagacity, queue):
-            output = await client.execute_workflow(
+            handle = await client.start_workflow(
                 DepotAgentWorkflow.run, Ask("together"), id=sid, task_queue=queue
             )
+            output = await handle.result()
         history = sagacity.history(sid)
+        # Replaying the workflow's history schedules nothing and never touches the journal.
+        replayer = Replayer(
+            workflows=[DepotAgentWorkflow], plugins=[PydanticAIPlugin()], workflow_runner=RUNNER
+        )
+        await replayer.replay_workflow(await handle.fetch_history())
+        assert sagacity.history(sid) == history
     assert output == "res-A-1-2 sh-o-1"
     assert (DEPOT.calls["reserve_inventory"], DEPOT.calls["ship"]) == (1, 1)
     executed = sorted(e.call_id or "" for e in history if e.phase.value == "EXECUTED")
