@@ -78,6 +78,9 @@ class DecisionResume:
         s = self.sagacity
         with self._lease(decision.saga_id) as keeper:
             history = s._history(decision.saga_id)
+            if history.ended is None and s._reconciling.registry:
+                # A doubt a reconciler here can settle is settled before the decision is read.
+                s._reconciling.settle(keeper.hold(history), walking=False)
             current = self.waiting(history)
             if current is None or not _same(current, decision):
                 return None
@@ -86,7 +89,7 @@ class DecisionResume:
                 self._journal_expiry(history, current)
             if history.ended is not None:  # rejected where the tools are not: finish the undo
                 keeper.hold(history)
-                report = s._runner.run(history)
+                report = s._ending.walk(history)
                 result = s._ending.compensated(history, report, value=None, error=None)
                 if resumer is not None:  # the framework is told no: a replay of the ended saga
                     scope = s._open(
@@ -125,6 +128,8 @@ class DecisionResume:
         s = self.sagacity
         async with self._lease(decision.saga_id) as keeper:
             history = await asyncio.to_thread(s._history, decision.saga_id)
+            if history.ended is None and s._reconciling.registry:
+                await s._reconciling.asettle(keeper.hold(history), walking=False)
             current = self.waiting(history)
             if current is None or not _same(current, decision):
                 return None
@@ -133,7 +138,7 @@ class DecisionResume:
                 await asyncio.to_thread(self._journal_expiry, history, current)
             if history.ended is not None:
                 keeper.hold(history)
-                report = await s._runner.arun(history)
+                report = await s._ending.awalk(history)
                 result = await asyncio.to_thread(
                     s._ending.compensated, history, report, value=None, error=None
                 )

@@ -115,6 +115,8 @@ class Worker:
         """Sagas to look at again, by when (`time.monotonic()`): busy, or just failed."""
         self._failed_at: dict[str, int] = {}
         """Sagas whose resume raised, with their last seq then: retried once it moves."""
+        self._reconciled_at: dict[str, int] = {}
+        """The last seq of each saga whose doubts were put to reconcilers here."""
         self._unroutable: dict[str, str] = {}
         self._started = datetime.datetime.now(datetime.UTC)
         self._state = "starting"
@@ -238,6 +240,13 @@ class Worker:
         """
         history = SagaHistory.of(saga_id, self.sagacity.journal.entries(saga_id))
         decision = self._resume.waiting(history)
+        if decision is None and self._reconcilable(history):
+            # An approved call killed mid-run is in doubt, so no decision waits; its tool's
+            # reconciler here may settle it (did not land: the approval stands again).
+            self.sagacity.reconcile(saga_id)
+            history = SagaHistory.of(saga_id, self.sagacity.journal.entries(saga_id))
+            self._reconciled_at[saga_id] = history.last_seq
+            decision = self._resume.waiting(history)
         if decision is None:
             return False
         resumer = self.resumer_for(decision)
@@ -276,6 +285,20 @@ class Worker:
         return True
 
     # -- internals -----------------------------------------------------------------------
+
+    def _reconcilable(self, history: SagaHistory) -> bool:
+        """Whether the open saga has a doubt a reconciler here can ask about.
+
+        Not again until the journal changes: an *unknown* is not asked over and over.
+        """
+        if history.ended is not None:
+            return False
+        if self._reconciled_at.get(history.saga_id) == history.last_seq:
+            return False
+        return any(
+            call.in_doubt and self.sagacity.has_reconciler(call.intent.tool_name or "")
+            for call in history.calls.values()
+        )
 
     def _call_outside(self, resumer: Resumer, decision: Decision) -> None:
         """Call a resumer that takes the saga's lease itself, outside any saga."""
