@@ -162,6 +162,7 @@ async def test_a_rejection_ends_the_run_compensated_and_the_wire_never_runs(
             )
             while not await asyncio.to_thread(human.pending, sid):
                 await asyncio.sleep(0.05)
+            await asyncio.wait_for(waiting(handle), 30)  # the call's activity let the saga go
             await asyncio.to_thread(human.reject, sid, approver="alice", reason="wrong payee")
             with pytest.raises(WorkflowFailureError) as failed:
                 await asyncio.wait_for(handle.result(), 30)

@@ -158,6 +158,7 @@ async def test_a_rejected_request_ends_the_run_and_the_wire_never_runs(
                 DepotAgentWorkflow.run, Ask("wire", poll_seconds=3600), id=sid, task_queue=queue
             )
             await asyncio.wait_for(asked(human, sid), 30)
+            await asyncio.wait_for(waiting(handle), 30)  # the call's activity let the saga go
             await asyncio.to_thread(human.reject, sid, approver="alice", reason="wrong payee")
             with pytest.raises(WorkflowFailureError) as failed:
                 await asyncio.wait_for(handle.result(), 30)

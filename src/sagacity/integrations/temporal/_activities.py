@@ -35,7 +35,7 @@ from sagacity.integrations.temporal._wire import (
     EndOutput,
 )
 from sagacity.saga import Sagacity
-from sagacity.tools import SagaTool
+from sagacity.tools import FailureKind, SagaTool
 
 __all__ = ["BUSY", "IN_DOUBT", "TOOL_FAILED", "SagaActivities"]
 
@@ -66,6 +66,7 @@ class SagaActivities:
 
     def __init__(self, sagacity: Sagacity, tools: Iterable[object]) -> None:
         self.sagacity = sagacity
+        sagacity.add_classifier(_cancelled_outcome_unknown)
         self.tools = {tool.name: tool for tool in sagacity.wrap(*tools)}
 
     @property
@@ -161,6 +162,11 @@ def _errors(where: str) -> Iterator[None]:
             type=TOOL_FAILED,
             non_retryable=True,
         ) from error
+
+
+def _cancelled_outcome_unknown(error: BaseException) -> FailureKind | None:
+    """A tool interrupted by Temporal's cancellation (raised into its thread) may have acted."""
+    return FailureKind.OUTCOME_UNKNOWN if isinstance(error, CancelledError) else None
 
 
 def _saga_id() -> str:
