@@ -40,6 +40,7 @@ class ApprovalDecisions:
         approver: str,
         request_id: str | None = None,
         expected_sha256: str | None = None,
+        justification: str | None = None,
     ) -> JournalEntry:
         """Journal a named approver's approval of a pending request's exact input.
 
@@ -49,6 +50,8 @@ class ApprovalDecisions:
             request_id: Which request; may be left out when the saga has exactly one.
             expected_sha256: The hash the approver was shown; refused if the request's
                 input no longer hashes to it.
+            justification: Why they approve, journaled with the approval and covered by
+                its signature; required when the tool declares `justification_required`.
 
         Returns:
             The APPROVED entry. The request stays stored: resuming needs its hash.
@@ -62,7 +65,11 @@ class ApprovalDecisions:
         """
         require_name(approver, "approver")
         return self.approval.approve(
-            saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
+            saga_id,
+            approver=approver,
+            request_id=request_id,
+            expected_sha256=expected_sha256,
+            justification=justification,
         )
 
     def edit(

@@ -20,6 +20,7 @@ from sagacity.annotations import (
     check_approvers,
     declaration_of,
 )
+from sagacity.approval._provenance import check_justification_required
 from sagacity.approval._rules import approval_rule
 from sagacity.compensation import Compensation, CompensationRegistry
 from sagacity.errors import ConfigurationError
@@ -233,6 +234,9 @@ def _declared(
     _check_retry(declaration, name, where)
     check_approvers(declaration.approvers, declaration.reversibility, name, where)
     approval_rule(declaration.approval, func, declaration.reversibility, name, where)
+    check_justification_required(
+        declaration.justification_required, declaration.reversibility, name, where
+    )
     _check_compensation_options(declaration, name, where)
     if compensation is not None:
         timeout = declaration.compensation_timeout

@@ -81,6 +81,8 @@ class ToolDeclaration:
     """The same for the tool's compensation in doubt."""
     reconcile_timeout: float = 30.0
     """Seconds a reconciler may take before its doubt is left to a human."""
+    justification_required: bool = False
+    """Whether each approval of an IRREVERSIBLE call must say why (`justification=`)."""
     approval: str | Callable[..., Any] | None = None
     """When an IRREVERSIBLE call needs a human: a rule such as `"amount > 1000"`, or a sync
     callable taking the call's input and returning True to ask; None: every call asks."""
@@ -107,6 +109,7 @@ def compensable(
     reconcile_compensation: str | Callable[..., Any] | None = None,
     reconcile_timeout: float = 30.0,
     approval: str | Callable[..., Any] | None = None,
+    justification_required: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -128,6 +131,7 @@ def compensable(
     reconcile_compensation: str | Callable[..., Any] | None = None,
     reconcile_timeout: float = 30.0,
     approval: str | Callable[..., Any] | None = None,
+    justification_required: bool = False,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -174,6 +178,10 @@ def compensable(
             call; a call the rule lets through runs without a request, its INTENT recording
             the rule and a hash of the arguments it read. An error asks the human. None:
             every call asks. Checked at wrap time.
+        justification_required: For an IRREVERSIBLE tool, every approval must give a
+            justification (`Sagacity.approve(..., justification=)`); one without is refused
+            and nothing is journaled. Recorded in each request, so another process's
+            approval is held to it too.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -198,6 +206,7 @@ def compensable(
         reconcile_compensation=reconcile_compensation,
         reconcile_timeout=reconcile_timeout,
         approval=approval,
+        justification_required=justification_required,
     )
 
     def declare(target: F) -> F:

@@ -169,6 +169,7 @@ class TestApprovalRequest:
             "input_sha256": waiting.request.input_sha256,
             "reason": waiting.request.reason,
             "expires_at": None,
+            "initiated_by": {"by": "code", "via": "work"},
         }
 
     def test_a_ttl_sets_the_expiry(self, open_sagacity: OpenSagacity) -> None:

@@ -17,6 +17,7 @@ from sagacity._unicode import principal_key
 from sagacity.approval._check import check_current, check_unused, journaled_request
 from sagacity.approval._pending import PendingRequests
 from sagacity.approval._policy import refuse_self_approval
+from sagacity.approval._provenance import checked_justification
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import (
     AppendConflictError,
@@ -62,8 +63,12 @@ class RequestDecisions(PendingRequests):
         approver: str,
         request_id: str | None,
         expected_sha256: str | None,
+        justification: str | None = None,
     ) -> JournalEntry:
         """Journal APPROVED for a pending request, after every check (see `Sagacity.approve`).
+
+        A `justification` is journaled with it, and covered by its signature; a tool that
+        requires one refuses an approval without it (`ApprovalError`).
 
         Refused, with nothing journaled, for the saga's starter or the input's editor
         (`SelfApprovalError`), for an approver whose approval counts already, and once the
@@ -72,7 +77,11 @@ class RequestDecisions(PendingRequests):
         """
         try:
             return self._approve(
-                saga_id, approver=approver, request_id=request_id, expected_sha256=expected_sha256
+                saga_id,
+                approver=approver,
+                request_id=request_id,
+                expected_sha256=expected_sha256,
+                justification=justification,
             )
         except (ApprovalError, SagaStateError, ConfigurationError) as refusal:
             _approval_refused(saga_id, approver, refusal)
@@ -85,6 +94,7 @@ class RequestDecisions(PendingRequests):
         approver: str,
         request_id: str | None,
         expected_sha256: str | None,
+        justification: str | None,
     ) -> JournalEntry:
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
@@ -127,12 +137,17 @@ class RequestDecisions(PendingRequests):
                     f"but request {request.request_id} is for {request.input_sha256[:12]}…; "
                     "show the approver the current input"
                 )
+            given = checked_justification(
+                request, history, justification, self.justification_required
+            )
             payload: dict[str, JsonValue] = {
                 "request_id": request.request_id,
                 "approver": approver,
                 "input_sha256": request.input_sha256,
-                **self.policy.signature(saga_id, request, approver),
             }
+            if given is not None:  # left out when none: an entry reads as it did before
+                payload["justification"] = given
+            payload.update(self.policy.signature(saga_id, request, approver, given))
             try:
                 entry = history.append(
                     self.journal,

@@ -28,6 +28,7 @@ from sagacity.approval._check import (
 )
 from sagacity.approval._decide import RequestDecisions
 from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify
+from sagacity.approval._provenance import initiator
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
 from sagacity.approval._resume import ResumableCall, refuse_ended_resume
 from sagacity.approval._rules import ApprovalRule, approval_rule
@@ -89,6 +90,8 @@ class ApprovalLifecycle(RequestDecisions):
         self.declared_approvers: dict[str, int] = {}
         """How many approvers each wrapped tool declared, by name: a copy of a tool that
         an adapter makes asks for as many as the tool itself."""
+        self.justification_required: set[str] = set()
+        """The wrapped tools whose approvals must each give a justification, by name."""
         self.rules: dict[str, ApprovalRule] = {}
         """When each wrapped tool's calls need a human (`compensable(approval=)`), by
         name: a copy of a tool that an adapter makes is decided by the same rule."""
@@ -104,6 +107,10 @@ class ApprovalLifecycle(RequestDecisions):
                 rule = approval_rule(
                     declared.approval, tool.func, declared.reversibility, tool.name, where
                 )
+            if declared is not None and declared.justification_required:
+                self.justification_required.add(tool.name)
+            else:
+                self.justification_required.discard(tool.name)
             if rule is None:
                 self.rules.pop(tool.name, None)
             else:
@@ -155,6 +162,10 @@ class ApprovalLifecycle(RequestDecisions):
         resumer = current_resumer() or _resumer_of(history, replaces)
         if resumer is not None:  # who continues the paused run (sagacity.worker)
             payload["resumer"] = resumer
+        initiated = payload["initiated_by"] = initiator(resumer, started_by)
+        required = tool_name in self.justification_required
+        if required:
+            payload["justification_required"] = True
         if edited_by is not None:
             payload["edited_by"] = edited_by
         if rule is not None:  # why the call asks: its tool's rule said so, or failed
@@ -181,6 +192,8 @@ class ApprovalLifecycle(RequestDecisions):
             started_by=started_by,
             approvers_required=approvers,
             edited_by=edited_by,
+            initiated_by=initiated,
+            justification_required=required,
         )
         self.store.save(request)
         _telemetry.approval_event(

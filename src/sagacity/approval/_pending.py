@@ -14,6 +14,7 @@ from sagacity import _telemetry
 from sagacity._history import SagaHistory
 from sagacity.approval._check import explain_unusable, journaled_request, verified_request
 from sagacity.approval._policy import ApprovalPolicy
+from sagacity.approval._provenance import with_provenance
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
 from sagacity.errors import ApprovalError, ApprovalNotFoundError, JournalError
 from sagacity.journal import SideEffectJournal
@@ -28,6 +29,7 @@ class PendingRequests:
     store: ApprovalStore
     policy: ApprovalPolicy
     declared_approvers: dict[str, int]
+    justification_required: set[str]
 
     def pending(
         self, saga_id: str | None = None, *, history: SagaHistory | None = None
@@ -86,7 +88,7 @@ class PendingRequests:
         declared = self.declared_approvers.get(verified.tool_name, 1)
         if declared > verified.approvers_required:
             verified = dataclasses.replace(verified, approvers_required=declared)
-        return verified
+        return with_provenance(verified, history, self.justification_required)
 
     def _shown(self, stored: ApprovalRequest, history: SagaHistory) -> ApprovalRequest:
         try:

@@ -74,24 +74,33 @@ def signed_bytes(
     call_id: str,
     tool_name: str,
     request_seq: int,
+    justification: str | None = None,
+    version: int = 1,
 ) -> bytes:
     """The exact bytes an approval's signature covers (RFC 8785 canonical JSON, UTF-8).
+
+    Version 1 (an APPROVED payload without `signature_version`) covers the fields below.
+    Version 2 (`signature_version: 2`, written for every approval that carries a
+    justification) covers them, `justification` (null when none) and `"version": 2`, so
+    an edited justification no longer verifies while old journals still do.
 
     The request's call, tool and the seq of its AWAITING_APPROVAL are covered too: a
     signature copied onto a request forged later for another call (under the same request
     id, input and approver) does not verify.
     """
-    return canonical_bytes(
-        {
-            "saga_id": saga_id,
-            "request_id": request_id,
-            "input_sha256": input_sha256,
-            "approver": approver,
-            "call_id": call_id,
-            "tool_name": tool_name,
-            "request_seq": request_seq,
-        }
-    )
+    signed: dict[str, JsonValue] = {
+        "saga_id": saga_id,
+        "request_id": request_id,
+        "input_sha256": input_sha256,
+        "approver": approver,
+        "call_id": call_id,
+        "tool_name": tool_name,
+        "request_seq": request_seq,
+    }
+    if version != 1:
+        signed["justification"] = justification
+        signed["version"] = version
+    return canonical_bytes(signed)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,7 +169,11 @@ class ApprovalPolicy:
         )
 
     def signature(
-        self, saga_id: str, request: ApprovalRequest, approver: str
+        self,
+        saga_id: str,
+        request: ApprovalRequest,
+        approver: str,
+        justification: str | None = None,
     ) -> dict[str, JsonValue]:
         """The `signature` and `key_id` fields of an APPROVED payload; empty when unsigned.
 
@@ -175,6 +188,7 @@ class ApprovalPolicy:
                     "but this Sagacity has no approval_signing_key; nothing was journaled"
                 )
             return {}
+        version = 1 if justification is None else 2
         data = signed_bytes(
             saga_id,
             request.request_id,
@@ -183,8 +197,16 @@ class ApprovalPolicy:
             call_id=request.call_id,
             tool_name=request.tool_name,
             request_seq=request.seq,
+            justification=justification,
+            version=version,
         )
-        return {"signature": self.signing_key.sign(data), "key_id": self.signing_key.key_id}
+        signed: dict[str, JsonValue] = {
+            "signature": self.signing_key.sign(data),
+            "key_id": self.signing_key.key_id,
+        }
+        if version != 1:
+            signed["signature_version"] = version
+        return signed
 
     def signature_problem(self, saga_id: str, entry: JournalEntry) -> str | None:
         """Why the APPROVED `entry`'s signature is refused; None when it is fine or not needed."""
@@ -205,6 +227,14 @@ class ApprovalPolicy:
             return "it does not name its approver, request and hash"
         if entry.call_id is None or entry.tool_name is None or entry.ref_seq is None:
             return "it does not name the call, tool and request entry it approves"
+        version = payload.get("signature_version", 1)
+        justification = payload.get("justification")
+        if version not in (1, 2) or isinstance(version, bool):
+            return f"its signature_version {version!r} is not one this sagacity knows"
+        if version == 1 and "justification" in payload:
+            return "its justification is not covered by its signature (signature_version 1)"
+        if justification is not None and not isinstance(justification, str):
+            return "its justification is not text"
         try:
             data = signed_bytes(
                 saga_id,
@@ -214,6 +244,8 @@ class ApprovalPolicy:
                 call_id=entry.call_id,
                 tool_name=entry.tool_name,
                 request_seq=entry.ref_seq,
+                justification=justification,
+                version=int(version),
             )
         except Exception:  # an unencodable value: no signature can cover it
             return "its fields cannot be encoded"
@@ -284,13 +316,14 @@ def count_approvals(
         if principal_key(approver) in seen:
             continue  # the same principal twice counts once
         seen.add(principal_key(approver))
-        key_id = payload.get("key_id")
+        key_id, justification = payload.get("key_id"), payload.get("justification")
         valid.append(
             Approval(
                 approver=approver,
                 approved_at=entry.recorded_at,
                 seq=entry.seq,
                 key_id=key_id if isinstance(key_id, str) else None,
+                justification=justification if isinstance(justification, str) else None,
             )
         )
         last_valid = entry

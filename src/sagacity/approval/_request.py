@@ -23,6 +23,8 @@ class Approval:
     """The seq of the APPROVED entry."""
     key_id: str | None = None
     """The id of the key that signed it; None for an unsigned approval."""
+    justification: str | None = None
+    """Why the approver approved, in their words; None when they gave none."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -69,6 +71,12 @@ class ApprovalRequest:
     problem: str | None = dataclasses.field(default=None, compare=False)
     """Why the request cannot be approved (the stored copy disagrees with the journal);
     None when it can. Filled in by `Sagacity.pending`."""
+    initiated_by: dict[str, JsonValue] | None = dataclasses.field(default=None, compare=False)
+    """What made the call, as its AWAITING_APPROVAL records it: `{"by": "agent",
+    "adapter": …}`, `{"by": "human", "principal": …}` or `{"by": "code", "via": …}`; None
+    for a request journaled before sagacity recorded it. Filled in by `Sagacity.pending`."""
+    justification_required: bool = dataclasses.field(default=False, compare=False)
+    """Whether an approval must give a justification (`compensable(justification_required=)`)."""
 
     @property
     def state(self) -> str:
@@ -82,8 +90,13 @@ class ApprovalRequest:
         return "approved" if len(self.approvals) >= self.approvers_required else "waiting"
 
     def to_json(self) -> dict[str, JsonValue]:
-        """Return the request as a JSON object, for a framework's pause or an approval UI."""
-        return {
+        """Return the request as a JSON object, for a framework's pause or an approval UI.
+
+        An approval's `justification` is left out when it gave none. The request's
+        provenance (`initiated_by`, `justification_required`) is in `provenance_json`:
+        a framework's pause carries this object as it always did.
+        """
+        shown: dict[str, JsonValue] = {
             "request_id": self.request_id,
             "saga_id": self.saga_id,
             "seq": self.seq,
@@ -104,10 +117,20 @@ class ApprovalRequest:
                     "approved_at": a.approved_at,
                     "seq": a.seq,
                     "key_id": a.key_id,
+                    **({} if a.justification is None else {"justification": a.justification}),
                 }
                 for a in self.approvals
             ],
             "problem": self.problem,
+        }
+        return shown
+
+    def provenance_json(self) -> dict[str, JsonValue]:
+        """`to_json` with `initiated_by` and `justification_required`: for approvers' views."""
+        return {
+            **self.to_json(),
+            "initiated_by": self.initiated_by,
+            "justification_required": self.justification_required,
         }
 
     def expired(self, now: datetime.datetime) -> bool:

@@ -132,6 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     approve.add_argument(
         "--sha256", help="the whole input hash you reviewed (any case); refused if it changed"
     )
+    approve.add_argument(
+        "--justification",
+        help="why you approve, journaled with the approval (and signed); required by tools "
+        "that declare justification_required",
+    )
 
     reject = command("reject", "reject a pending request and compensate the saga", signed=True)
     reject.add_argument("saga")

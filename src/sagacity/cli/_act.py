@@ -78,6 +78,7 @@ def approve(args: argparse.Namespace) -> int:
             approver=approver,
             request_id=request.request_id,
             expected_sha256=expected,
+            justification=args.justification,
         )
     sys.stdout.write(
         f"saga {args.saga!r}: APPROVED at seq {entry.seq} by {approver}\n"
@@ -85,6 +86,8 @@ def approve(args: argparse.Namespace) -> int:
         f"  input   {input_line(request.input)}\n"
         f"  sha256  {request.input_sha256}\n"
     )
+    if args.justification is not None:
+        sys.stdout.write(f"  why     {visible(args.justification)}\n")
     return EXIT_OK
 
 

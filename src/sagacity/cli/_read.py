@@ -44,7 +44,13 @@ from sagacity.cli._common import (
     progress,
     require_saga,
 )
-from sagacity.cli._request_text import edit_lines, request_block, request_views
+from sagacity.cli._request_text import (
+    decision_lines,
+    edit_lines,
+    request_block,
+    request_views,
+    visible,
+)
 from sagacity.errors import JournalError, SagaNotFoundError
 from sagacity.journal import JournalEntry
 from sagacity.saga import Sagacity
@@ -229,6 +235,11 @@ def show(args: argparse.Namespace) -> int:
         for found in settled:
             about = f"{found['subject']} {found['call_id']}"
             sys.stdout.write(printable(f"  {about}: {verdict_text(found)}") + "\n")
+    decided = decision_lines(history.entries, unsigned)
+    if decided:
+        sys.stdout.write("decisions:\n")
+        for line in decided:
+            sys.stdout.write(printable(f"  {line}") + "\n")
     if args.payloads:
         for entry in history.entries:
             payload = orjson.dumps(entry.payload).decode()
@@ -392,6 +403,9 @@ def pending(args: argparse.Namespace) -> int:
             state += " by " + ", ".join(
                 f"{a.approver} at {a.approved_at}" for a in request.approvals
             )
+        for approval in request.approvals:
+            if approval.justification is not None:
+                state += f" (why {approval.approver}: {visible(approval.justification)})"
         if request.problem is not None:
             state += f" (not approvable: {request.problem})"
         if view.edits:

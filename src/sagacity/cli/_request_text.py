@@ -11,20 +11,22 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 from sagacity._request_view import InputEdit, edits_of, gate_deadline
 from sagacity._unicode import escape_for_display
 from sagacity.approval import ApprovalRequest
 from sagacity.cli._common import age
 from sagacity.errors import JournalError
-from sagacity.journal import JournalEntry, JsonValue
+from sagacity.journal import JournalEntry, JsonValue, Phase
 from sagacity.saga import Sagacity
 
 __all__ = [
     "RequestView",
+    "decision_lines",
     "edit_lines",
     "expiry_text",
+    "initiator_text",
     "input_line",
     "request_block",
     "request_views",
@@ -46,7 +48,7 @@ class RequestView:
 
     def to_json(self) -> dict[str, JsonValue]:
         """The request's JSON, with `expires_at` the real deadline and its `edits`."""
-        document = self.request.to_json()
+        document = self.request.provenance_json()
         document["expires_at"] = None if self.expires_at is None else self.expires_at.isoformat()
         document["edits"] = [edit.to_json() for edit in self.edits]
         return document
@@ -106,6 +108,41 @@ def state_text(request: ApprovalRequest) -> str:
     return text
 
 
+def initiator_text(initiated: dict[str, JsonValue]) -> str:
+    """`the agent (openai_agents)`, `alice` or `code (work)`: what made the call."""
+    by = initiated.get("by")
+    if by == "agent":
+        return f"the agent ({visible(str(initiated.get('adapter')))})"
+    if by == "human":
+        return visible(str(initiated.get("principal")))
+    return f"code ({visible(str(initiated.get('via')))})"
+
+
+def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int]) -> list[str]:
+    """Each request and decision of a saga with its provenance: what asked, who, when, why.
+
+    An approval whose signature does not count (`not_counted`, by seq) is never shown as
+    a decision by the approver it names.
+    """
+    lines = []
+    for entry in entries:
+        payload = entry.payload if isinstance(entry.payload, dict) else {}
+        if entry.phase is Phase.AWAITING_APPROVAL:
+            initiated = payload.get("initiated_by")
+            by = initiator_text(initiated) if isinstance(initiated, dict) else "not recorded"
+            lines.append(f"seq {entry.seq} asked for {visible(str(entry.tool_name))}, by {by}")
+        elif entry.phase is Phase.APPROVED and entry.seq in not_counted:
+            lines.append(f"seq {entry.seq} an approval that does not count (unsigned)")
+        elif entry.phase in (Phase.APPROVED, Phase.REJECTED):
+            who, done = payload.get("approver"), entry.phase.value.lower()
+            line = f"seq {entry.seq} {done} by {visible(str(who))} at {entry.recorded_at}"
+            why = payload.get("justification", payload.get("reason"))
+            if isinstance(why, str):
+                line += f": {visible(why)}"
+            lines.append(line)
+    return lines
+
+
 def expiry_text(expires_at: datetime.datetime | None, now: datetime.datetime) -> str:
     """`never`, or the time with how long is left (`in 59s`) or `(expired)`."""
     if expires_at is None:
@@ -149,6 +186,13 @@ def request_block(view: RequestView, now: datetime.datetime) -> list[str]:
     field("expires", expiry_text(view.expires_at, now))
     if request.started_by is not None:
         field("started", f"by {visible(request.started_by)}")
+    if request.initiated_by is not None:
+        field("initiated", initiator_text(request.initiated_by))
+    if request.justification_required:
+        field("justify", "required: approve with --justification")
+    for approval in request.approvals:
+        if approval.justification is not None:
+            field("why", f"{visible(approval.approver)}: {visible(approval.justification)}")
     lines.extend("  " + line for line in edit_lines(view.edits, "  "))
     field("sha256", request.input_sha256)
     first, *rest = _pretty(request.input)

@@ -106,6 +106,8 @@ class ApprovalModel(_Model):
     seq: int
     key_id: str | None = None
     """The key that signed the approval; null when unsigned."""
+    justification: str | None = None
+    """Why the approver approved, in their words; null when they gave none."""
 
 
 class ApprovalRequestModel(_Model):
@@ -131,10 +133,15 @@ class ApprovalRequestModel(_Model):
     """waiting, approved or tampered."""
     approvals: list[ApprovalModel]
     problem: str | None = None
+    initiated_by: dict[str, Any] | None = None
+    """What made the call: {"by": "agent", "adapter"}, {"by": "human", "principal"} or
+    {"by": "code", "via"}; null for a request journaled before it was recorded."""
+    justification_required: bool = False
+    """Every approval must give a justification."""
 
     @classmethod
     def of(cls, request: ApprovalRequest) -> ApprovalRequestModel:
-        return cls.model_validate(request.to_json())
+        return cls.model_validate(request.provenance_json())
 
 
 class ApproveBody(_Model):
@@ -142,6 +149,9 @@ class ApproveBody(_Model):
 
     sha256: str = Sha256
     """The input_sha256 the approver saw; a request whose input hashes otherwise is 409."""
+    justification: str | None = Field(default=None, max_length=2000)
+    """Why the approver approves: journaled with the approval (and signed); required by
+    tools that declare justification_required (403 without)."""
 
 
 class ApproveResult(_Model):

@@ -203,6 +203,7 @@ def api_router(
             approver=principal.name,
             request_id=request_id,
             expected_sha256=body.sha256,
+            justification=body.justification,
         )
         now = next(
             (r for r in sagacity.pending(request.saga_id) if r.request_id == request_id), None

@@ -78,9 +78,16 @@ def _decisions(router: APIRouter, site: InboxSite) -> None:
     def approve(sagacity: Sagacity, session: Session, form: FormData) -> str:
         request_id = form_field(form, "request_id")
         sha256 = form_field(form, "sha256")
+        justification = form_field(form, "justification", required=False) or None
         saga_id = _saga_of_request(sagacity, request_id)
         name = session.principal.name
-        sagacity.approve(saga_id, approver=name, request_id=request_id, expected_sha256=sha256)
+        sagacity.approve(
+            saga_id,
+            approver=name,
+            request_id=request_id,
+            expected_sha256=sha256,
+            justification=justification,
+        )
         session.flash.append(f"Approved by {name}: sha256 {sha256[:12]}…")
         return request_path(request_id)
 

@@ -55,5 +55,7 @@ async def test_a_small_refund_runs_and_a_large_one_interrupts(sagacity: Sagacity
     let_through: Any = history[0].payload["approval_rule"]
     asked: Any = history[2].payload["approval_rule"]
     assert (let_through["asked"], asked["asked"]) == (False, True)
+    # The request says the agent made the call, through which adapter.
+    assert history[2].payload["initiated_by"] == {"by": "agent", "adapter": "openai_agents"}
     assert history[2].phase is Phase.AWAITING_APPROVAL
     assert verify(sagacity.journal, "refunds-1").ok
