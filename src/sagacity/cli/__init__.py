@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from sagacity.cli import _act, _evidence, _read, _run, _worker
+from sagacity.cli import _act, _evidence, _pending, _read, _run, _worker
 from sagacity.cli._common import (
     EXIT_BROKEN_PIPE,
     EXIT_DATABASE,
@@ -268,7 +268,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "export": _read.export,
     "init": _run.init,
     "keygen": _evidence.keygen,
-    "pending": _read.pending,
+    "pending": _pending.pending,
     "reject": _act.reject,
     "resolve": _act.resolve,
     "resume": _act.resume,
