@@ -75,19 +75,22 @@ class TestJsonApi:
     ) -> None:
         """POST resolve with evidence: journaled; a lone or malformed digest is a 422."""
         url = "/sagacity/sagas/pay-1/calls/charge%231/resolve"
-        lone = client.post(url, json={"executed": False, "evidence": "x"}, headers=OLGA)
-        assert lone.status_code == 422
-        assert "together, or neither" in lone.text
-        bad = client.post(
-            url,
-            json={"executed": False, "evidence": "x", "evidence_sha256": "zz"},
-            headers=OLGA,
+        lone = client.post(
+            url, json={"executed": False, "evidence": {"reference": "x"}}, headers=OLGA
         )
-        assert bad.status_code == 422
+        assert lone.status_code == 422
+        assert "sha256" in lone.text
+        for reference, sha256 in [("x", "zz"), ("   ", "0f" * 32), ("a\x1bb", "0f" * 32)]:
+            bad = client.post(
+                url,
+                json={"executed": False, "evidence": {"reference": reference, "sha256": sha256}},
+                headers=OLGA,
+            )
+            assert bad.status_code == 422, (reference, sha256)
         digest = "0f" * 32
         done = client.post(
             url,
-            json={"executed": False, "evidence": "ticket-7", "evidence_sha256": digest},
+            json={"executed": False, "evidence": {"reference": "ticket-7", "sha256": digest}},
             headers=OLGA,
         )
         assert done.status_code == 200, done.text

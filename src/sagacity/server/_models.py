@@ -179,6 +179,17 @@ class EditBody(_Model):
     """The new arguments, in full."""
 
 
+class EvidenceBody(_Model):
+    """What a finding rests on: a reference, and the SHA-256 of what was read there."""
+
+    reference: str = Field(
+        min_length=1, max_length=1000, pattern=r"^[\x20-\x7e]*[\x21-\x7e][\x20-\x7e]*$"
+    )
+    """The provider's charge id, a ticket: printable ASCII, not blank."""
+    sha256: str = Sha256
+    """The SHA-256 of what was read there."""
+
+
 class ResolveBody(_Model):
     """A human's finding on a call in doubt."""
 
@@ -187,10 +198,9 @@ class ResolveBody(_Model):
     result: Any = None
     reason: str | None = None
     """How they found out (the provider's dashboard, a ticket), journaled."""
-    evidence: str | None = None
-    """What the finding rests on (the provider's charge id), journaled with its digest."""
-    evidence_sha256: str | None = None
-    """The SHA-256 of what was read there: 64 hex digits; with `evidence`."""
+    evidence: EvidenceBody | None = None
+    """What the finding rests on, journaled with it: the reference and its digest together,
+    so the schema says what the route accepts."""
 
 
 class CallRefModel(_Model):

@@ -293,10 +293,10 @@ def api_router(
                 result=body.result,
                 by=principal.name,
                 reason=body.reason,
-                evidence=body.evidence,
-                evidence_sha256=body.evidence_sha256,
+                evidence=None if body.evidence is None else body.evidence.reference,
+                evidence_sha256=None if body.evidence is None else body.evidence.sha256,
             )
-        except ValueError as error:  # evidence without its digest, or a malformed one
+        except ValueError as error:  # a reference the journal's own check refuses
             raise HTTPException(status_code=422, detail=str(error)) from None
         return EntryModel.of(entry)
 
