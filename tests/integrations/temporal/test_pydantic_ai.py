@@ -27,6 +27,10 @@ from tests.integrations.temporal._pydantic_agents import (
     SagalessAgentWorkflow,
 )
 
+# Stopping a worker evicts its cached workflow; Temporal's SDK lets the evicted coroutine
+# be collected outside the workflow's event loop, which Python reports as unraisable.
+EVICTION_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
 
 @pytest.fixture
 async def client(temporal_address: str) -> Client:
@@ -119,6 +123,7 @@ async def asked(human: Sagacity, sid: str) -> None:
         await asyncio.sleep(0.05)  # the request store, read as a human's page refresh would
 
 
+@EVICTION_NOISE
 async def test_an_approval_pause_survives_a_worker_restart_and_the_wire_runs_once(
     client: Client, shared_store_url: str
 ) -> None:
