@@ -30,6 +30,8 @@ from tests.integrations.temporal._pydantic_agents import (
 # Stopping a worker evicts its cached workflow; Temporal's SDK lets the evicted coroutine
 # be collected outside the workflow's event loop, which Python reports as unraisable.
 EVICTION_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+# An evicted workflow's coroutine may be collected during a later test of the file.
+pytestmark = EVICTION_NOISE
 
 
 @pytest.fixture
