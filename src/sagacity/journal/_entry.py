@@ -66,6 +66,14 @@ class Phase(enum.Enum):
     `did_not_land` or `unknown`, with the evidence and `payload["decided_by"]`. A verdict
     that settles the doubt is followed by the EXECUTED, FAILED, COMPENSATED or
     COMPENSATION_FAILED it implies (docs/journal-format.md)."""
+    GRANTED = "GRANTED"
+    """A standing approval: the first entry of its own chain (saga `grant-<id>`), naming
+    the tool, the argument constraints, the budget, the expiry and the grantor."""
+    GRANT_USED = "GRANT_USED"
+    """A call in another saga consumed the grant (`payload["saga_id"]`, `["call_id"]`,
+    `["input_sha256"]`, `["amount"]`); committed before that call's INTENT."""
+    REVOKED = "REVOKED"
+    """The grant was revoked (`payload["revoked_by"]`): no call is covered after it."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
