@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import dataclasses
 import hashlib
 import hmac
 import logging
-import queue
 import threading
 import time
 import urllib.error
@@ -51,6 +49,7 @@ import orjson
 from sagacity._decisions import Decision
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError
+from sagacity.server._outbox import Outbox
 
 if TYPE_CHECKING:
     from sagacity.saga import Sagacity
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
 __all__ = ["WebhookNotifier", "sign_body"]
 
 _log = logging.getLogger("sagacity.server.webhook")
-_STOP = object()
 _EVENT = "approval.requested"
 _SECRET_PREFIX = "whsec_"
 
@@ -117,7 +115,7 @@ class _Delivery:
     event: str = _EVENT
 
 
-class WebhookNotifier:
+class WebhookNotifier(Outbox[_Delivery]):
     """POST each new approval request to a webhook, off the caller's thread.
 
     Args:
@@ -152,26 +150,20 @@ class WebhookNotifier:
             )
         self.url = url
         self._secret = key
-        self.retries = retries
-        self.backoff = backoff
         self.timeout = timeout
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=queue_size)
-        self._closed = threading.Event()
-        self._count = threading.Lock()
-        self.delivered = 0
-        """How many notifications were delivered (a 2xx answer)."""
-        self.failed = 0
-        """How many were given up on after every retry, or dropped on a full queue."""
-        self._thread = threading.Thread(target=self._run, name="sagacity-webhook", daemon=True)
-        self._thread.start()
+        super().__init__(
+            kind="webhook",
+            target=url,
+            log=_log,
+            retries=retries,
+            backoff=backoff,
+            queue_size=queue_size,
+        )
         self._followers: list[tuple[DecisionEvents, threading.Thread]] = []
 
     def __call__(self, request: ApprovalRequest) -> None:
         """Queue `request` for delivery and return at once; never raises."""
         try:
-            if self._closed.is_set():
-                _log.warning("webhook closed: request %s not sent", request.request_id)
-                return
             delivery = _Delivery(
                 webhook_id=f"msg_{request.request_id}",
                 saga_id=request.saga_id,
@@ -179,15 +171,7 @@ class WebhookNotifier:
                 tool_name=request.tool_name,
                 body=orjson.dumps(request.to_json()),
             )
-            self._queue.put_nowait(delivery)
-        except queue.Full:
-            self._failed()
-            _log.warning(
-                "webhook queue full: saga %r request %s not sent to %s",
-                request.saga_id,
-                request.request_id,
-                self.url,
-            )
+            self._queued(delivery)
         except Exception:  # a hook must never fail the call that asked for approval
             self._failed()
             _log.exception("webhook: cannot queue request %s", request.request_id)
@@ -231,26 +215,6 @@ class WebhookNotifier:
         self._followers.append((events, thread))
         thread.start()
 
-    def _queued(self, delivery: _Delivery) -> None:
-        try:
-            if self._closed.is_set():
-                _log.warning("webhook closed: %s %s not sent", delivery.event, delivery.request_id)
-                return
-            self._queue.put_nowait(delivery)
-        except queue.Full:
-            self._failed()
-            _log.warning(
-                "webhook queue full: %s of saga %r request %s not sent to %s",
-                delivery.event,
-                delivery.saga_id,
-                delivery.request_id,
-                self.url,
-            )
-
-    def _failed(self) -> None:
-        with self._count:  # callers' threads and the delivery thread both count
-            self.failed += 1
-
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking notifications; deliver what is queued for up to `timeout` seconds."""
         if self._closed.is_set():
@@ -258,10 +222,7 @@ class WebhookNotifier:
         for events, thread in self._followers:
             events.close()
             thread.join(timeout)
-        self._closed.set()
-        with contextlib.suppress(queue.Full):
-            self._queue.put(_STOP, timeout=timeout)
-        self._thread.join(timeout)
+        super().close(timeout)
 
     def __enter__(self) -> WebhookNotifier:
         return self
@@ -269,54 +230,8 @@ class WebhookNotifier:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            assert isinstance(item, _Delivery)
-            self._deliver(item)
-
-    def _deliver(self, delivery: _Delivery) -> None:
-        wait = self.backoff
-        attempts = 0
-        problem = "not attempted"
-        for attempt in range(self.retries + 1):
-            if attempt:
-                # While closing, a dead receiver must not hold the process for minutes.
-                if self._closed.wait(0) and attempt > 1:
-                    break
-                time.sleep(min(wait, 60.0))
-                wait *= 2
-            attempts += 1
-            problem = self._attempt(delivery)
-            if not problem:
-                with self._count:
-                    self.delivered += 1
-                return
-            _log.warning(
-                "webhook %s: %s of saga %r request %s, attempt %d failed: %s",
-                self.url,
-                delivery.event,
-                delivery.saga_id,
-                delivery.request_id,
-                attempts,
-                problem,
-            )
-        self._failed()
-        _log.error(
-            "webhook %s: gave up on %s of saga %r request %s (tool %r, %s) after %d "
-            "attempt(s); last: %s. The journal holds it: GET /sagacity/approvals and "
-            "/sagacity/sagas list it",
-            self.url,
-            delivery.event,
-            delivery.saga_id,
-            delivery.request_id,
-            delivery.tool_name,
-            delivery.webhook_id,
-            attempts,
-            problem,
-        )
+    def _detail(self, item: _Delivery) -> str:
+        return f", {item.webhook_id}"
 
     def _attempt(self, delivery: _Delivery) -> str:
         """POST once, signed now; the problem, or "" when the receiver answered 2xx."""
