@@ -47,6 +47,13 @@ class Phase(enum.Enum):
     REFUSED = "REFUSED"
     """A call was refused before it ran (an input that hashes otherwise than its approval,
     arguments with no JSON form): evidence of the attempt; nothing was executed."""
+    REMINDED = "REMINDED"
+    """The request whose AWAITING_APPROVAL is `ref_seq` reached its warning time: a
+    reminder went out (`payload["remind_at"]`, `payload["expires_at"]`)."""
+    ESCALATED = "ESCALATED"
+    """The request whose AWAITING_APPROVAL is `ref_seq` expired undecided and now waits for
+    the group `payload["group"]` (`payload["members"]`) until `payload["expires_at"]`:
+    only their approvals journaled after this entry count."""
     COMPENSATING = "COMPENSATING"
     """The compensation of the EXECUTED entry `ref_seq` is about to run; committed before
     it is called. `payload["attempt"]` counts the compensation's attempts (1, 2, …)."""
