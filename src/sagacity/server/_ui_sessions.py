@@ -40,6 +40,16 @@ class Session:
     """Messages to show once, on the next page (what the last action did)."""
     warnings: list[str] = dataclasses.field(default_factory=list)
     """What the last action left undone, shown once on the next page as a warning."""
+    channels: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The channel each request's page was opened from, by request id (`"email"` after
+    a one-time e-mail link): a decision on that page is journaled as made through it."""
+
+    def channel_of(self, request_id: str) -> str:
+        """The channel a decision on `request_id`'s page comes through.
+
+        `"inbox"`, unless its page was opened from an e-mail link in this session.
+        """
+        return self.channels.get(request_id, "inbox")
 
     def csrf_ok(self, token: str | None) -> bool:
         """Whether `token` is this session's CSRF token (compared in constant time)."""
