@@ -19,6 +19,7 @@ out; `_ui_events` the live updates; `_ui_sessions` the sessions.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from fastapi import APIRouter, HTTPException, Request
@@ -64,6 +65,9 @@ from sagacity.server._ui_views import (
     worker_text,
 )
 
+if TYPE_CHECKING:
+    from sagacity.server._links import ApprovalLinks
+
 __all__ = ["ui_router"]
 
 _HERE = Path(__file__).parent
@@ -91,6 +95,7 @@ def ui_router(
     secure_cookies: bool | None = None,
     poll_interval: float = 2.0,
     trusted_origins: tuple[str, ...] = (),
+    links: ApprovalLinks | None = None,
 ) -> APIRouter:
     """The approval inbox, for `sagacity.server.router()` to include.
 
@@ -106,6 +111,8 @@ def ui_router(
         poll_interval: Seconds between the live-update stream's looks at the stores.
         trusted_origins: Origins (`https://inbox.example.com`) whose form posts are taken
             as same-site although they differ from the `Host` header (a rewriting proxy).
+        links: Open the one-time signed links of approval e-mails (`{prefix}/links/…`)
+            made with this `ApprovalLinks` (its secret); None: no link opens anything.
     """
     inbox = InboxSite(
         sessions=SessionStore(lifetime=session_lifetime, idle=session_idle),
@@ -116,6 +123,10 @@ def ui_router(
     router = APIRouter(prefix=prefix, include_in_schema=False)
     _pages(router, inbox)
     add_actions(router, inbox)
+    if links is not None:
+        from sagacity.server._links import add_links
+
+        add_links(router, inbox, links)
     return router
 
 
