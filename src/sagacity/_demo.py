@@ -126,10 +126,13 @@ def run_demo(database: Path, say: Callable[[str], None] = print, *, force: bool 
     for suffix in ("", "-wal", "-shm"):
         Path(f"{database}{suffix}").unlink(missing_ok=True)
     sagacity = Sagacity.from_url(f"sqlite:///{database}")
-    with sqlite3.connect(database) as conn:
-        conn.execute("INSERT INTO sagacity_meta (key, value) VALUES (?, '1')", (_MARKER,))
-    conn.close()
     try:
+        conn = sqlite3.connect(database)
+        try:
+            with conn:
+                conn.execute("INSERT INTO sagacity_meta (key, value) VALUES (?, '1')", (_MARKER,))
+        finally:
+            conn.close()
         tools = {tool.name: tool for tool in sagacity.wrap(OrderTools(say))}
         _order_saga(sagacity, tools, say)
         _wire_saga(sagacity, tools, say)

@@ -83,6 +83,7 @@ def connect(
     """
     if not create and not Path(path).is_file():
         raise DatabaseNotFoundError(f"no SQLite database at {str(path)!r}")
+    conn: sqlite3.Connection | None = None
     try:
         if create:
             conn = sqlite3.connect(
@@ -106,8 +107,14 @@ def connect(
         _set_wal(conn, busy_timeout_ms)
         conn.execute("PRAGMA synchronous = FULL")
         _ensure_schema(conn, path)
-    except sqlite3.Error as error:
-        raise JournalError(f"cannot open SQLite database {str(path)!r}: {error}") from error
+    except BaseException as error:
+        # A file refused (not sagacity's, locked, a newer schema) is closed, not left to
+        # the garbage collector with its file handle open.
+        if conn is not None:
+            conn.close()
+        if isinstance(error, sqlite3.Error):
+            raise JournalError(f"cannot open SQLite database {str(path)!r}: {error}") from error
+        raise
     return conn
 
 

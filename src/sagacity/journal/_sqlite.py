@@ -346,7 +346,9 @@ class SqliteJournal:
         return self._reader.missing_triggers()
 
     def close(self) -> None:
-        """Commit the appends queued, then close the connection."""
-        self._group.close()
-        with self._lock:
-            self._conn.close()
+        """Commit the appends queued, then close the connection (even if that commit fails)."""
+        try:
+            self._group.close()
+        finally:
+            with self._lock:
+                self._conn.close()

@@ -134,9 +134,12 @@ class SqliteWatch(_Sleeper):
         super().__init__()
         self.path = path
         try:
-            with sqlite3.connect(path, timeout=30) as setup:
-                setup.execute(_INDEX)
-            setup.close()
+            setup = sqlite3.connect(path, timeout=30)
+            try:
+                with setup:
+                    setup.execute(_INDEX)
+            finally:
+                setup.close()
             # Never written through: `data_version` then moves only for other writers.
             self._conn = sqlite3.connect(path, timeout=30, check_same_thread=False)
         except sqlite3.Error as error:
