@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -17,6 +18,7 @@ from sagacity._offloop import FinishedThenCancelled
 from sagacity._scope import SagaScope
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._grants import grants_of
 from sagacity.approval._lifecycle import explain_unusable
 from sagacity.approval._resume import replay_refusal
 from sagacity.errors import (
@@ -233,25 +235,46 @@ class Call(CallOutcome):
         return payload
 
     def _ruled_out(self, payload: dict[str, JsonValue]) -> bool:
-        """Whether the tool's approval rule lets this call run without asking a human.
+        """Whether the tool's approval rule, or a standing grant, lets this call run unasked.
 
-        The rule is asked only for a call never asked before: once a request exists, its
-        decision stands, whatever the rule would say now. Let through, the rule's record
-        goes in the INTENT's `payload`; asking, it is kept for the request.
+        Decided once per call: only for a call never asked before (once a request exists,
+        its decision stands, whatever the rule or a grant would say now), and a decision an
+        adapter took when it asked ahead (`pending_request`) is the call's, not taken
+        again. Let through, the rule's record (`approval_rule`) or the grant's consumption
+        (`approval_grant`, its GRANT_USED already committed) goes in the INTENT's
+        `payload`; asking, the rule's record is kept for the request.
         """
         self.rule = None
         tool, scope = self.tool, self.scope
-        rule = scope.owner.approval.rules.get(tool.name)
-        if rule is None or tool.approval_reason is not None:
+        if tool.approval_reason is not None:
             return False
+        approval = scope.owner.approval
+        rule = approval.rules.get(tool.name)
         scope.refresh()  # a request another process journaled for this call decides it
         if self.call_id in scope.history.asked:
             return False
-        decision = rule.decide(self.input)
-        if decision.asked:
+        taken = _taken_ahead(scope).pop(self.call_id, None)
+        if taken is not None and taken[0] == sha256_hex(self.input):
+            payload.update(taken[1])
+            return True
+        # Asked ahead with other input: that decision (and any grant it consumed) is not
+        # this call's; it is decided on its own input.
+        if rule is not None:
+            decision = rule.decide(self.input)
+            if not decision.asked:
+                payload["approval_rule"] = decision.record
+                return True
             self.rule = decision.record
+        covered = grants_of(approval).cover(
+            tool.name,
+            self.input,
+            saga_id=scope.saga_id,
+            call_id=self.call_id,
+            started_by=scope.started_by,
+        )
+        if covered is None:
             return False
-        payload["approval_rule"] = decision.record
+        payload["approval_grant"] = covered
         return True
 
     def _refuse_if_closed(self, consequence: str) -> None:
@@ -389,9 +412,13 @@ class Call(CallOutcome):
                     raise replay_refusal(scope.history, self.call_id, self.tool.name, prior)
                 request = self._asked_request()
                 if request is None:
-                    # Let through, nothing is journaled yet: the call asks the rule again
-                    # and journals its decision with the INTENT.
-                    return None if self._ruled_out({}) else self._ask()
+                    # Let through, the decision is kept for the call itself, which
+                    # journals it with its INTENT instead of deciding again.
+                    decided: dict[str, JsonValue] = {}
+                    if not self._ruled_out(decided):
+                        return self._ask()
+                    _taken_ahead(scope)[self.call_id] = (sha256_hex(self.input), decided)
+                    return None
                 scope.owner.approval.check(
                     scope.history, request, input_sha256=sha256_hex(self.input)
                 )
@@ -419,6 +446,21 @@ class Call(CallOutcome):
             return scope.owner.approval.decline(
                 scope.history, request, source=source, reason=reason
             )
+
+
+_TAKEN_AHEAD: weakref.WeakKeyDictionary[SagaScope, dict[str, tuple[str, dict[str, JsonValue]]]]
+_TAKEN_AHEAD = weakref.WeakKeyDictionary()
+
+
+def _taken_ahead(scope: SagaScope) -> dict[str, tuple[str, dict[str, JsonValue]]]:
+    """The decisions taken when an adapter asked ahead, by call id: (input hash, record).
+
+    Read and written under the scope's lock.
+    """
+    taken = _TAKEN_AHEAD.get(scope)
+    if taken is None:
+        taken = _TAKEN_AHEAD[scope] = {}
+    return taken
 
 
 def _gated(tool: JournaledTool) -> str:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sagacity._deciding import ApprovalDecisions
+from sagacity._granting import StandingApprovals
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id, require_name
 from sagacity._leasing import LeaseKeeper
@@ -57,7 +58,7 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Sagacity(ApprovalDecisions, DoubtSettling):
+class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
     """Journals tool calls, compensates failed sagas and gates IRREVERSIBLE calls.
 
     Args:

@@ -1,0 +1,362 @@
+"""Standing approvals: a human's grant that covers future calls of one tool, within limits.
+
+A grant is a chain of its own in the journal, saga `grant-<id>`:
+
+- GRANTED (seq 1): the terms (the tool, argument constraints, a maximum count, a maximum
+  total amount and the field that holds it, an expiry, whose sagas it covers), the
+  grantor, and an Ed25519 signature over the terms when approvals are signed;
+- GRANT_USED, one per covered call, appended by the call before its INTENT: the saga,
+  call id and input hash it covered, and the amount it consumed;
+- REVOKED: no call is covered after it.
+
+Every GRANT_USED is a conditional append on the chain's last seq, so the journal's unique
+seq serialises consumptions against each other and against a revocation, in one process
+or many: a call that read the chain before a REVOKED (or before another call took the
+last of the budget) loses its append, reads the chain again, and is not covered. A call
+covered by a grant journals which grant and which GRANT_USED in its INTENT payload
+(`approval_grant`). A chain that does not verify (an edited row, a broken link, a missing
+or wrong signature where signatures are required, an entry that is not a grant's) covers
+nothing: the call asks a human.
+
+A call whose GRANT_USED was committed and whose process died before its INTENT was
+consumed and not run: the budget is spent, the call is not in the journal of its saga.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sagacity._history import payload_of
+from sagacity._ids import require_id, require_name
+from sagacity._unicode import principal_key
+from sagacity.approval._grant_chain import (
+    GRANT_PREFIX,
+    StandingGrant,
+    checked_terms,
+    covered_amount,
+    grant_signed_bytes,
+    read_grant,
+    rfc3339,
+)
+from sagacity.errors import (
+    AppendConflictError,
+    ApprovalInputError,
+    ApprovalNotFoundError,
+    ConfigurationError,
+    JournalError,
+    SagaStateError,
+    SelfApprovalError,
+)
+from sagacity.journal import JsonValue, Phase, SideEffectJournal, sha256_hex
+from sagacity.journal._canonical import copy_json
+
+if TYPE_CHECKING:
+    from sagacity.approval._policy import ApprovalPolicy
+
+__all__ = ["StandingGrant", "StandingGrants", "grants_of"]
+
+_CONSUME_RETRIES = 16
+"""How often a call re-reads a grant after another writer appended to its chain first."""
+
+
+class StandingGrants:
+    """Granting, revoking, listing and consuming standing approvals over one journal.
+
+    Args:
+        journal: Where grant chains are journaled.
+        policy: How grants are signed, and which signatures count.
+        clock: The current time, timezone-aware.
+    """
+
+    def __init__(
+        self,
+        journal: SideEffectJournal,
+        policy: ApprovalPolicy,
+        clock: Callable[[], datetime.datetime],
+    ) -> None:
+        self.journal = journal
+        self.policy = policy
+        self.now = clock
+        self._settled: dict[str, str] = {}
+        """Grants that can never cover another call here (revoked, expired, exhausted,
+        unverifiable, or for another tool), by id, with their tool: skipped unread."""
+
+    # -- grant and revoke -----------------------------------------------------------------
+
+    def grant(
+        self,
+        tool_name: str,
+        *,
+        grantor: str,
+        expires_at: datetime.datetime,
+        max_calls: int,
+        match: Mapping[str, Mapping[str, Any]] | None = None,
+        max_amount: int | float | decimal.Decimal | None = None,
+        amount_field: str | None = None,
+        started_by: str | None = None,
+        reason: str | None = None,
+        via: str | None = None,
+    ) -> StandingGrant:
+        """Journal GRANTED in a new chain and return the grant (see `Sagacity.grant`).
+
+        Raises:
+            SelfApprovalError: The grantor is the principal whose sagas it covers.
+            ApprovalInputError: The terms are malformed, or the expiry is past.
+            ConfigurationError: Approvals must be signed and this process cannot sign.
+        """
+        require_name(grantor, "grantor")
+        require_id(tool_name, "tool name")
+        if started_by is not None:
+            require_name(started_by, "started_by")
+            if principal_key(started_by) == principal_key(grantor):
+                raise SelfApprovalError(
+                    f"tool {tool_name!r}: {grantor!r} cannot grant a standing approval for "
+                    "sagas they start themselves; another principal must grant it"
+                )
+        if not isinstance(expires_at, datetime.datetime) or expires_at.tzinfo is None:
+            raise ApprovalInputError(
+                f"tool {tool_name!r}: a grant's expires_at must be a timezone-aware datetime"
+            )
+        if expires_at <= self.now():
+            raise ApprovalInputError(
+                f"tool {tool_name!r}: the grant would expire at {expires_at.isoformat()}, "
+                "which is past; give a later expiry"
+            )
+        if isinstance(max_amount, decimal.Decimal):
+            max_amount = (
+                int(max_amount) if max_amount == max_amount.to_integral() else float(max_amount)
+            )
+        terms: dict[str, JsonValue] = {
+            "tool_name": tool_name,
+            "match": copy_json({k: dict(v) for k, v in (match or {}).items()}),
+            "max_calls": max_calls,
+            "max_amount": max_amount,
+            "amount_field": amount_field,
+            "expires_at": rfc3339(expires_at),
+            "started_by": started_by,
+        }
+        try:
+            checked_terms(terms)
+        except ApprovalInputError as error:
+            raise ApprovalInputError(f"tool {tool_name!r}: the grant is refused: {error}") from None
+        if reason is not None and not isinstance(reason, str):
+            raise ApprovalInputError(f"tool {tool_name!r}: a grant's reason must be text")
+        grant_id = uuid.uuid4().hex
+        payload: dict[str, JsonValue] = {
+            "grant_id": grant_id,
+            "grantor": grantor,
+            "terms": terms,
+            "reason": reason,
+            "via": via or "python",
+        }
+        payload.update(self._signature(grant_id, terms, grantor))
+        self.journal.append(
+            GRANT_PREFIX + grant_id,
+            Phase.GRANTED,
+            tool_name=tool_name,
+            payload=payload,
+            expected_seq=0,
+        )
+        return self.get(grant_id)
+
+    def _signature(
+        self, grant_id: str, terms: Mapping[str, JsonValue], grantor: str
+    ) -> dict[str, JsonValue]:
+        key = self.policy.signing_key
+        if key is None:
+            if self.policy.require_signed:
+                raise ConfigurationError(
+                    f"tool {terms['tool_name']!r}: approvals must be signed "
+                    "(require_signed_approvals), but this Sagacity has no "
+                    "approval_signing_key; the grant was not journaled"
+                )
+            return {}
+        return {
+            "signature": key.sign(grant_signed_bytes(grant_id, terms, grantor)),
+            "key_id": key.key_id,
+        }
+
+    def revoke(
+        self,
+        grant_id: str,
+        *,
+        revoked_by: str,
+        reason: str | None = None,
+        via: str | None = None,
+    ) -> StandingGrant:
+        """Journal REVOKED: no call consumes the grant after it (see `Sagacity.revoke`).
+
+        Raises:
+            ApprovalNotFoundError: No grant has that id.
+            SagaStateError: It was revoked already.
+        """
+        require_name(revoked_by, "revoked_by")
+        saga_id = self._saga_id(grant_id)
+        entries = self.journal.entries(saga_id)
+        if not entries:
+            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}; list them with grants")
+        # Whatever the chain holds, a revocation only takes coverage away: it is journaled
+        # even on a chain that no longer verifies.
+        for entry in entries:
+            if entry.phase is Phase.REVOKED:
+                raise SagaStateError(
+                    f"grant {grant_id!r} was revoked at {entry.recorded_at} by "
+                    f"{payload_of(entry).get('revoked_by')!r}; it covers nothing already"
+                )
+        self.journal.append(
+            saga_id,
+            Phase.REVOKED,
+            tool_name=entries[0].tool_name,
+            payload={"revoked_by": revoked_by, "reason": reason, "via": via or "python"},
+        )
+        return self.get(grant_id)
+
+    # -- show -----------------------------------------------------------------------------
+
+    def get(self, grant_id: str) -> StandingGrant:
+        """Return one grant as its chain records it.
+
+        Raises:
+            ApprovalNotFoundError: No grant has that id.
+        """
+        grant = read_grant(self.journal.entries(self._saga_id(grant_id)), self.policy, self.now())
+        if grant is None:
+            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}; list them with grants")
+        return grant
+
+    def every(self, tool_name: str | None = None) -> list[StandingGrant]:
+        """Every grant (of one tool, when named), newest first."""
+        found = []
+        now = self.now()
+        for saga_id in self._chains():
+            grant = read_grant(self.journal.entries(saga_id), self.policy, now)
+            if grant is not None and (tool_name is None or grant.tool_name == tool_name):
+                found.append(grant)
+        found.sort(key=lambda g: (g.granted_at, g.grant_id), reverse=True)
+        return found
+
+    def _chains(self) -> list[str]:
+        """The saga ids of every grant's chain (ids sort by code point on every backend)."""
+        found: list[str] = []
+        after = GRANT_PREFIX
+        while True:
+            page = self.journal.list_sagas(after=after, limit=200)
+            for saga_id in page:
+                if not saga_id.startswith(GRANT_PREFIX):
+                    return found
+                found.append(saga_id)
+            if len(page) < 200:
+                return found
+            after = page[-1]
+
+    @staticmethod
+    def _saga_id(grant_id: str) -> str:
+        if not isinstance(grant_id, str) or not grant_id:
+            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}")
+        return GRANT_PREFIX + require_id(grant_id, "grant id")
+
+    # -- consume --------------------------------------------------------------------------
+
+    def cover(
+        self,
+        tool_name: str,
+        input: Mapping[str, JsonValue],
+        *,
+        saga_id: str,
+        call_id: str,
+        started_by: str | None,
+    ) -> dict[str, JsonValue] | None:
+        """Consume a grant that covers this call; return what its INTENT journals, or None.
+
+        The GRANT_USED is committed before this returns: the caller journals the INTENT
+        next. None (no grant covers the call: none for the tool, none whose constraints
+        and remaining budget fit, none verifiable) means the call asks a human.
+        """
+        for saga_id_of_grant in self._chains():
+            grant_id = saga_id_of_grant[len(GRANT_PREFIX) :]
+            settled = self._settled.get(grant_id)
+            if settled is not None:
+                continue
+            covered = self._consume(
+                saga_id_of_grant,
+                tool_name,
+                input,
+                saga_id=saga_id,
+                call_id=call_id,
+                started_by=started_by,
+            )
+            if covered is not None:
+                return covered
+        return None
+
+    def _consume(
+        self,
+        chain: str,
+        tool_name: str,
+        input: Mapping[str, JsonValue],
+        *,
+        saga_id: str,
+        call_id: str,
+        started_by: str | None,
+    ) -> dict[str, JsonValue] | None:
+        for _ in range(_CONSUME_RETRIES):
+            entries = self.journal.entries(chain)
+            grant = read_grant(entries, self.policy, self.now())
+            if grant is None:
+                return None
+            if grant.state != "active" or grant.tool_name != tool_name:
+                if grant.state != "unverifiable":  # an unverifiable one is logged each time
+                    self._settled[grant.grant_id] = grant.tool_name
+                return None
+            amount = covered_amount(grant, input, started_by)
+            if amount is False:
+                return None
+            use = grant.used_calls + 1
+            record: dict[str, JsonValue] = {
+                "saga_id": saga_id,
+                "call_id": call_id,
+                "input_sha256": sha256_hex(dict(input)),
+                "amount": amount,
+                "use": use,
+            }
+            try:
+                used = self.journal.append(
+                    chain,
+                    Phase.GRANT_USED,
+                    tool_name=tool_name,
+                    call_id=call_id,
+                    payload=record,
+                    expected_seq=entries[-1].seq,
+                )
+            except AppendConflictError:
+                continue  # another call or a revocation came first: read the chain again
+            return {
+                "grant_id": grant.grant_id,
+                "grantor": grant.grantor,
+                "grant_seq": used.seq,
+                "grant_hash": used.hash,
+                "use": use,
+                "amount": amount,
+            }
+        raise JournalError(
+            f"saga {saga_id!r}: call {call_id!r} of tool {tool_name!r} lost "
+            f"{_CONSUME_RETRIES} races for grant {chain[len(GRANT_PREFIX) :]!r}; it was not "
+            "run, call it again"
+        )
+
+
+_BY_LIFECYCLE: weakref.WeakKeyDictionary[object, StandingGrants] = weakref.WeakKeyDictionary()
+
+
+def grants_of(approval: Any) -> StandingGrants:
+    """The standing grants of an `ApprovalLifecycle`: its journal, policy and clock."""
+    grants = _BY_LIFECYCLE.get(approval)
+    if grants is None:
+        grants = StandingGrants(approval.journal, approval.policy, approval.now)
+        _BY_LIFECYCLE[approval] = grants
+    return grants
