@@ -142,9 +142,7 @@ class ApprovalLinks:
         It expires at the earlier of the link's lifetime and the request's own expiry.
         """
         moment = now or self.now()
-        expires = moment + self.lifetime
-        if request.expires_at is not None and request.expires_at < expires:
-            expires = request.expires_at
+        expires = self.expiry(request, moment)
         payload = orjson.dumps(
             {
                 "v": 1,
@@ -157,6 +155,13 @@ class ApprovalLinks:
         )
         body = _b64(payload)
         return f"{self.inbox_url}/links/{body}.{self._sign(body)}"
+
+    def expiry(self, request: ApprovalRequest, now: datetime.datetime) -> datetime.datetime:
+        """When a link to `request` made at `now` expires (whole seconds, UTC)."""
+        expires = now + self.lifetime
+        if request.expires_at is not None and request.expires_at < expires:
+            expires = request.expires_at
+        return datetime.datetime.fromtimestamp(int(expires.timestamp()), datetime.UTC)
 
     def _sign(self, body: str) -> str:
         return _b64(hmac.new(self._key, _CONTEXT + body.encode("ascii"), hashlib.sha256).digest())

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 from sagacity.errors import ConfigurationError
 
@@ -126,6 +126,12 @@ class Outbox(Generic[ItemT]):
         with contextlib.suppress(queue.Full):
             self._queue.put(_STOP, timeout=timeout)
         self._thread.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _run(self) -> None:
         while True:
