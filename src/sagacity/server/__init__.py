@@ -26,16 +26,26 @@ from sagacity.server._auth import (
     require,
     sagacity_of,
 )
+from sagacity.server._email import EmailNotifier, SmtpSettings
 from sagacity.server._errors import ErrorBody
+from sagacity.server._links import ApprovalLinks
+from sagacity.server._nonces import NonceStore
 from sagacity.server._notify import WebhookNotifier, sign_body
+from sagacity.server._slack import SlackInteractions, SlackNotifier, slack_signature
 
 __all__ = [
     "APPROVER",
     "OPERATOR",
     "VIEWER",
+    "ApprovalLinks",
     "Authenticator",
+    "EmailNotifier",
     "ErrorBody",
+    "NonceStore",
     "Principal",
+    "SlackInteractions",
+    "SlackNotifier",
+    "SmtpSettings",
     "TokenAuth",
     "WebhookNotifier",
     "create_app",
@@ -46,4 +56,5 @@ __all__ = [
     "sagacity_of",
     "serve",
     "sign_body",
+    "slack_signature",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from pydantic import BaseModel
@@ -28,6 +28,9 @@ from sagacity.server._events import events_router
 from sagacity.server._route import authenticated_route
 from sagacity.server._routes import api_router
 from sagacity.server._workflow_routes import workflow_router
+
+if TYPE_CHECKING:
+    from sagacity.server._slack import SlackInteractions
 
 __all__ = ["create_app", "router", "serve"]
 
@@ -59,6 +62,7 @@ def router(
     poll_interval: float = 1.0,
     ui: bool | Mapping[str, Any] = True,
     max_body_bytes: int | None = None,
+    slack: SlackInteractions | None = None,
 ) -> APIRouter:
     """The sagacity routes over `sagacity`, to include in your FastAPI app.
 
@@ -72,6 +76,8 @@ def router(
             `ui_router(...)` as options (`session_lifetime`, `secure_cookies`, ...).
         max_body_bytes: The largest body the JSON API reads (413 beyond); None reads
             `SAGACITY_MAX_BODY_BYTES`, else 1 MiB.
+        slack: Take the Approve and Reject clicks of Slack messages at
+            `POST /sagacity/slack/interactions` (verified with Slack's signing secret).
 
     Raises:
         ConfigurationError: No `auth`, no `tokens` and no `SAGACITY_TOKENS`: the server
@@ -101,6 +107,8 @@ def router(
         from sagacity.server._ui import ui_router
 
         top.include_router(ui_router(**(ui if isinstance(ui, Mapping) else {})))
+    if slack is not None:
+        top.include_router(slack.router())
     return top
 
 
@@ -113,6 +121,7 @@ def create_app(
     poll_interval: float = 1.0,
     ui: bool | Mapping[str, Any] = True,
     max_body_bytes: int | None = None,
+    slack: SlackInteractions | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `router()`.
 
@@ -127,6 +136,7 @@ def create_app(
         ui: See `router`.
         max_body_bytes: See `router`; the app holds every route to it (the inbox's
             forms too).
+        slack: See `router`.
     """
     owned = not isinstance(sagacity_or_url, Sagacity)
     if isinstance(sagacity_or_url, Sagacity):
@@ -151,6 +161,7 @@ def create_app(
             poll_interval=poll_interval,
             ui=ui,
             max_body_bytes=limit,
+            slack=slack,
         )
     except BaseException:
         if owned:
