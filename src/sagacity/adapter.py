@@ -29,10 +29,15 @@ the Python types of a tool's signature, for an adapter whose engine hands it JSO
 `pausing_as(name)`: the approval requests asked inside the block journal `name` as the
 resumer that continues the paused run (`sagacity.Worker` picks its resumer by it); each
 adapter wraps its calls of the hot path in it, with its own name.
+
+`decisions_in(history, DecisionLog(policy=..., declared=...), now)`: every decision a
+saga's history records, counted as the approval check counts (`DecisionEvents.decisions`
+without its journal watch), for an adapter that asks once and does not wait.
 """
 
 from __future__ import annotations
 
+from sagacity._decision_log import DecisionLog, decisions_in
 from sagacity._decisions import pausing_as
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
@@ -44,10 +49,12 @@ from sagacity.journal._rebuild import rebuild_arguments
 __all__ = [
     "CONTROL_FLOW",
     "CallState",
+    "DecisionLog",
     "FinishedThenCancelled",
     "SagaHistory",
     "SagaScope",
     "current_scope",
+    "decisions_in",
     "entries_async",
     "finished_off_loop",
     "pausing_as",

@@ -13,13 +13,20 @@ import dataclasses
 import functools
 from typing import Any
 
-from sagacity.adapter import SagaHistory, pausing_as, payload_of, rebuild_arguments
+from sagacity.adapter import (
+    DecisionLog,
+    SagaHistory,
+    decisions_in,
+    pausing_as,
+    payload_of,
+    rebuild_arguments,
+)
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import InDoubtError, SagacityError, SagaNotFoundError, SerializationError
 from sagacity.journal import JsonValue, to_json
 from sagacity.saga import Sagacity, SagaResult
 from sagacity.tools import SagaTool
-from sagacity.worker import DecisionEvents, DecisionOutcome
+from sagacity.worker import DecisionOutcome
 
 __all__ = [
     "CallNotRunError",
@@ -179,7 +186,7 @@ _ANSWERS = {
 def decision_of(sagacity: Sagacity, saga_id: str, call_id: str) -> str:
     """approved, rejected, expired or pending: the decision on the call's newest request.
 
-    Read from the journal, through the approval check's own counting. An edited request
+    One read of the journal, counted as the approval check counts. An edited request
     is pending: its replacement, the call's newest request now, waits for its own
     approvals.
     """
@@ -188,8 +195,9 @@ def decision_of(sagacity: Sagacity, saga_id: str, call_id: str) -> str:
     if asked is None:
         return "pending"
     request_id = payload_of(asked).get("request_id")
-    with DecisionEvents(sagacity, listen=False) as events:  # read, never waited on
-        found = [d for d in events.decisions(saga_id) if d.request_id == request_id]
+    approval = sagacity.approval
+    log = DecisionLog(policy=approval.policy, declared=dict(approval.declared_approvers))
+    found = [d for d in decisions_in(history, log, sagacity.now()) if d.request_id == request_id]
     return _ANSWERS.get(found[-1].outcome, "pending") if found else "pending"
 
 

@@ -18,6 +18,7 @@ from sagacity import (
     compensation,
 )
 from sagacity.integrations.temporal import CallInput, SagaActivities
+from sagacity.integrations.temporal._wire import DecisionInput
 from tests._shop import Shop, journal_intent
 
 
@@ -109,3 +110,27 @@ def test_a_retried_activity_in_doubt_asks_the_tools_reconciler_first(
     assert (output.result, payments.ran) == (result, ran)
     phases = [e.phase.value for e in sagacity.history("s-4")]
     assert phases[:2] == ["INTENT", "RECONCILED"]
+
+
+def test_the_decision_activity_answers_the_calls_newest_request(sagacity: Sagacity) -> None:
+    """Pending until decided; an edited request is pending again until its replacement is."""
+    activities = SagaActivities(sagacity, [Shop()])
+    (decision,) = [a for a in activities.all if a.__name__ == "decision"]
+    wire = CallInput(
+        tool="send_wire_transfer",
+        call_id="send_wire_transfer-1",
+        arguments={"amount": "40.00", "to": "ACME"},
+    )
+    for sid, decide, answer in [
+        ("s-approve", lambda sid: sagacity.approve(sid, approver="alice"), "approved"),
+        ("s-reject", lambda sid: sagacity.reject(sid, approver="alice", reason="no"), "rejected"),
+    ]:
+        env = environment(sid)
+        asked = env.run(activities.call, activities.tools["send_wire_transfer"], wire)
+        assert asked.request_id is not None
+        ask = DecisionInput(call_id=wire.call_id, request_id=asked.request_id)
+        assert env.run(decision, ask) == "pending"
+        sagacity.edit(sid, approver="bob", new_input={"amount": "35.00", "to": "ACME"})
+        assert env.run(decision, ask) == "pending"  # the replacement waits for its own
+        decide(sid)
+        assert env.run(decision, ask) == answer

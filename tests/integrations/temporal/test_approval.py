@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from sagacity import Sagacity
-from sagacity.integrations.temporal import DecisionRelay
 from tests._shop import Shop
+from tests.integrations.temporal._agent_runs import EVICTION_NOISE, asked, relaying, waiting
 from tests.integrations.temporal._harness import running_worker, saga_id
 from tests.integrations.temporal._workflows import Order, OrderWorkflow
 
@@ -20,22 +18,6 @@ from tests.integrations.temporal._workflows import Order, OrderWorkflow
 @pytest.fixture
 async def client(temporal_address: str) -> Client:
     return await Client.connect(temporal_address)
-
-
-@contextlib.asynccontextmanager
-async def relaying(sagacity: Sagacity, client: Client) -> AsyncIterator[None]:
-    task = asyncio.create_task(DecisionRelay(sagacity, client, poll_interval=0.05).run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def asked(human: Sagacity, sid: str) -> None:
-    while not await asyncio.to_thread(human.pending, sid):
-        await asyncio.sleep(0.05)  # the request store, read as a human's page refresh would
 
 
 async def test_an_approval_signals_the_waiting_workflow_and_the_wire_runs_once(
@@ -111,3 +93,32 @@ async def test_an_edited_request_runs_the_approved_input(
             done = await asyncio.wait_for(handle.result(), 30)
         assert done[-1] == "wire-35.00-ACME"
         assert shop.log[-1] == "wire 35.00 to ACME"
+
+
+@EVICTION_NOISE
+async def test_a_worker_stopped_while_the_workflow_waits_ends_nothing(
+    client: Client, shared_store_url: str
+) -> None:
+    """Its evicted workflow schedules no compensation: the next worker carries the saga on."""
+    shop, sid = Shop(), saga_id()
+    with (
+        Sagacity.from_url(shared_store_url) as first,
+        Sagacity.from_url(shared_store_url) as human,
+    ):
+        async with running_worker(client, first, shop) as queue:
+            order = Order(sid, wire_to="ACME", poll_seconds=0.2)
+            handle = await client.start_workflow(OrderWorkflow.run, order, id=sid, task_queue=queue)
+            await asyncio.wait_for(asked(human, sid), 30)
+            await asyncio.wait_for(waiting(handle), 30)
+        # The worker stopped and evicted the waiting workflow: the saga is as it was.
+        assert [e.phase.value for e in human.history(sid)][-1] == "AWAITING_APPROVAL"
+        await asyncio.to_thread(human.approve, sid, approver="alice")
+        with Sagacity.from_url(shared_store_url) as second:
+            async with running_worker(client, second, shop, task_queue=queue):
+                done = await asyncio.wait_for(handle.result(), 60)
+        history = human.history(sid)
+    phases = [e.phase.value for e in history]
+    assert done == ["res-A-1-2", "ch-40.00", "wire-40.00-ACME"]
+    assert shop.log == ["reserve A-1", "charge 40.00", "wire 40.00 to ACME"]
+    assert not {"COMPENSATING", "COMPENSATED"} & set(phases)
+    assert history[-1].payload["outcome"] == "COMPLETED"

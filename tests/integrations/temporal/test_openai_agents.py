@@ -8,11 +8,7 @@ venv (0.24, the adapter's floor) cannot hold: `make test-openai-temporal` runs t
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import importlib.util
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -24,14 +20,21 @@ if importlib.util.find_spec("temporalio.openai_agents") is None:
         allow_module_level=True,
     )
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.openai_agents import OpenAIAgentsPlugin
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from sagacity import Sagacity
-from sagacity.integrations.temporal import DecisionRelay, SagaActivities
 from tests._shop import Shop
+from tests.integrations.temporal._agent_runs import (
+    EVICTION_NOISE,
+    agent_worker,
+    relaying,
+    sagacity_cause,
+    waiting,
+)
+from tests.integrations.temporal._agent_runs import ids as fresh_ids
 from tests.integrations.temporal._harness import RUNNER
 from tests.integrations.temporal._openai_agents_workflows import (
     Ask,
@@ -40,10 +43,6 @@ from tests.integrations.temporal._openai_agents_workflows import (
     ShopAgentWorkflow,
 )
 
-# Stopping a worker evicts its cached workflow; Temporal's SDK lets the evicted coroutine
-# be collected outside the workflow's event loop, which Python reports as unraisable.
-EVICTION_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-# An evicted workflow's coroutine may be collected during a later test of the file.
 pytestmark = EVICTION_NOISE
 
 
@@ -53,57 +52,17 @@ async def client(temporal_address: str) -> Client:
     return await Client.connect(temporal_address, plugins=[plugin])
 
 
-@contextlib.asynccontextmanager
-async def worker(client: Client, sagacity: Sagacity, shop: Shop, queue: str) -> AsyncIterator[None]:
-    executor = concurrent.futures.ThreadPoolExecutor(4)
-    try:
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[ShopAgentWorkflow, SagalessShopAgentWorkflow],
-            activities=SagaActivities(sagacity, [shop]).all,
-            activity_executor=executor,
-            workflow_runner=RUNNER,
-        ):
-            yield
-    finally:
-        executor.shutdown(wait=True)
-
-
-@contextlib.asynccontextmanager
-async def relaying(sagacity: Sagacity, client: Client) -> AsyncIterator[None]:
-    task = asyncio.create_task(DecisionRelay(sagacity, client, poll_interval=0.05).run())
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def waiting(handle: WorkflowHandle[Any, Any]) -> None:
-    """Until the workflow waits for the decision: a timer started, the call's activity done."""
-    while True:
-        async for event in handle.fetch_history_events():
-            if event.HasField("timer_started_event_attributes"):
-                return
-        await asyncio.sleep(0.05)
+def worker(client: Client, sagacity: Sagacity, shop: Shop, queue: str) -> Any:
+    workflows = [ShopAgentWorkflow, SagalessShopAgentWorkflow]
+    return agent_worker(client, sagacity, queue, workflows, [shop])
 
 
 def ids() -> tuple[str, str]:
-    return f"shop-{uuid.uuid4().hex[:10]}", f"q-{uuid.uuid4().hex[:8]}"
+    return fresh_ids("shop")
 
 
 def phases(sagacity: Sagacity, sid: str) -> list[tuple[str, str | None]]:
     return [(e.phase.value, e.call_id) for e in sagacity.history(sid)]
-
-
-def sagacity_cause(error: BaseException | None) -> Any:
-    while error is not None and not (
-        isinstance(error, ApplicationError) and str(error.type).startswith("Sagacity")
-    ):
-        error = error.__cause__ or getattr(error, "cause", None)
-    return error
 
 
 async def test_a_tool_failure_the_loop_swallows_fails_and_compensates_the_saga(

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
 from pydantic_ai.exceptions import ToolFailed
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Replayer
 
 from sagacity import Sagacity
-from sagacity.integrations.temporal import DecisionRelay, SagaActivities
+from tests.integrations.temporal._agent_runs import (
+    EVICTION_NOISE,
+    agent_worker,
+    asked,
+    relaying,
+    waiting,
+)
+from tests.integrations.temporal._agent_runs import ids as fresh_ids
 from tests.integrations.temporal._harness import RUNNER
 from tests.integrations.temporal._pydantic_agents import (
     DEPOT,
@@ -27,10 +31,6 @@ from tests.integrations.temporal._pydantic_agents import (
     SagalessAgentWorkflow,
 )
 
-# Stopping a worker evicts its cached workflow; Temporal's SDK lets the evicted coroutine
-# be collected outside the workflow's event loop, which Python reports as unraisable.
-EVICTION_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-# An evicted workflow's coroutine may be collected during a later test of the file.
 pytestmark = EVICTION_NOISE
 
 
@@ -45,43 +45,12 @@ async def worker(
 ) -> AsyncIterator[None]:
     if bind:
         TOOLS.bind(sagacity)
-    executor = concurrent.futures.ThreadPoolExecutor(4)
-    try:
-        async with Worker(
-            client,
-            task_queue=queue,
-            workflows=[DepotAgentWorkflow, SagalessAgentWorkflow],
-            activities=SagaActivities(sagacity, []).all,
-            activity_executor=executor,
-            workflow_runner=RUNNER,
-        ):
-            yield
-    finally:
-        executor.shutdown(wait=True)
-
-
-@contextlib.asynccontextmanager
-async def relaying(sagacity: Sagacity, client: Client) -> AsyncIterator[None]:
-    task = asyncio.create_task(DecisionRelay(sagacity, client, poll_interval=0.05).run())
-    try:
+    async with agent_worker(client, sagacity, queue, [DepotAgentWorkflow, SagalessAgentWorkflow]):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def waiting(handle: WorkflowHandle[Any, Any]) -> None:
-    """Until the workflow waits for the decision: a timer started, the call's activity done."""
-    while True:
-        async for event in handle.fetch_history_events():
-            if event.HasField("timer_started_event_attributes"):
-                return
-        await asyncio.sleep(0.05)
 
 
 def ids() -> tuple[str, str]:
-    return f"depot-{uuid.uuid4().hex[:10]}", f"q-{uuid.uuid4().hex[:8]}"
+    return fresh_ids("depot")
 
 
 async def test_a_tool_failure_the_loop_swallows_fails_and_compensates_the_saga(
@@ -118,11 +87,6 @@ async def test_a_tool_failure_the_loop_does_not_swallow_fails_the_workflow_compe
         assert DEPOT.log == ["reserve A-1 x2", "release res-A-1-2"]
         assert DEPOT.calls["ship"] == 1  # non-retryable: Temporal did not run it again
         assert sagacity.history(sid)[-1].payload["outcome"] == "COMPENSATED"
-
-
-async def asked(human: Sagacity, sid: str) -> None:
-    while not await asyncio.to_thread(human.pending, sid):
-        await asyncio.sleep(0.05)  # the request store, read as a human's page refresh would
 
 
 @EVICTION_NOISE

@@ -53,11 +53,6 @@ class AgentSaga(TemporalSaga):
         traceback: TracebackType | None,
     ) -> None:
         _open_saga.reset(self._token)
-        if isinstance(exc, GeneratorExit):
-            # The worker evicted the workflow (it stopped, or its cache is full): the next
-            # worker replays it. Nothing ends here; a compensation scheduled now would be a
-            # command the replay never makes.
-            return
         refusal = self._refusal
         if exc is None and refusal is not None:
             # The loop swallowed the refusal: the saga ends as if it had been raised.

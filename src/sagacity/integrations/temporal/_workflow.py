@@ -185,6 +185,11 @@ class TemporalSaga:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if isinstance(exc, GeneratorExit):
+            # The worker evicted the workflow (it stopped, or its cache is full): the next
+            # worker replays it. Nothing ends here; a compensation scheduled now would be a
+            # command the replay never makes.
+            return
         if exc is None:
             self.outcome = await self._end(COMPLETE_ACTIVITY)
             if self.outcome.outcome != "COMPLETED":
