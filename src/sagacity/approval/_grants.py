@@ -51,6 +51,7 @@ from sagacity.errors import (
     JournalError,
     SagaStateError,
     SelfApprovalError,
+    SerializationError,
 )
 from sagacity.journal import JsonValue, Phase, SideEffectJournal, sha256_hex
 from sagacity.journal._canonical import copy_json
@@ -62,6 +63,23 @@ __all__ = ["StandingGrant", "StandingGrants", "grants_of"]
 
 _CONSUME_RETRIES = 16
 """How often a call re-reads a grant after another writer appended to its chain first."""
+
+
+def _json_match(tool_name: str, match: Mapping[str, Any] | None) -> JsonValue:
+    """The constraints as JSON (checked by `checked_terms` next)."""
+    if match is None:
+        return {}
+    if not isinstance(match, Mapping):
+        raise ApprovalInputError(
+            f"tool {tool_name!r}: match must map argument names to constraints, not "
+            f"{type(match).__name__}"
+        )
+    try:
+        return copy_json(dict(match))
+    except SerializationError as error:
+        raise ApprovalInputError(
+            f"tool {tool_name!r}: the grant's match is not JSON: {error}"
+        ) from None
 
 
 class StandingGrants:
@@ -133,7 +151,7 @@ class StandingGrants:
             )
         terms: dict[str, JsonValue] = {
             "tool_name": tool_name,
-            "match": copy_json({k: dict(v) for k, v in (match or {}).items()}),
+            "match": _json_match(tool_name, match),
             "max_calls": max_calls,
             "max_amount": max_amount,
             "amount_field": amount_field,
