@@ -41,6 +41,8 @@ class TestExportedMembers:
             "Evidence", "ReconcileContext", "ReconcileSubject", "Reconciled", "Verdict",
             # Closing the loop: decisions and the worker that resumes them:
             "Decision", "DecisionOutcome", "Resumer", "Worker",
+            # Reminders and escalation at a request's time points:
+            "ApproverGroup", "Escalation", "Escalator", "SweepAction",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sagacity._decisions import Decision, DecisionOutcome, Resumer
 from sagacity._reconcile import Evidence, ReconcileContext, Reconciled, ReconcileSubject, Verdict
 from sagacity._scope import CurrentCall, current_call
+from sagacity._sweeping import Escalator, SweepAction
 from sagacity.annotations import Reversibility, compensable, compensation
 from sagacity.approval import (
     Approval,
@@ -18,6 +19,7 @@ from sagacity.approval import (
     InMemoryApprovalStore,
     SqliteApprovalStore,
 )
+from sagacity.approval._escalation import ApproverGroup, Escalation
 from sagacity.audit import VerificationReport, verify
 from sagacity.compensation import CallRef, CompensationContext, CompensationReport
 from sagacity.errors import (
@@ -87,6 +89,7 @@ __all__ = [
     "ApprovalSignatureError",
     "ApprovalStore",
     "ApprovalToolMismatchError",
+    "ApproverGroup",
     "CallRef",
     "CheckpointError",
     "CompensationContext",
@@ -96,6 +99,8 @@ __all__ = [
     "DatabaseNotFoundError",
     "Decision",
     "DecisionOutcome",
+    "Escalation",
+    "Escalator",
     "Evidence",
     "FailureKind",
     "InDoubtError",
@@ -130,6 +135,7 @@ __all__ = [
     "SideEffectJournal",
     "SqliteApprovalStore",
     "SqliteJournal",
+    "SweepAction",
     "Verdict",
     "VerificationReport",
     "Worker",

@@ -18,7 +18,6 @@ from sagacity._decisions import WORK, Decision, DecisionOutcome
 from sagacity._history import CONTROL_FLOW, SagaHistory, payload_of
 from sagacity.approval._check import approvals_of, journaled_request, verified_request
 from sagacity.approval._policy import ApprovalPolicy
-from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import ApprovalError
 from sagacity.journal import JournalEntry
 
@@ -145,23 +144,21 @@ def _decision_on(
             seq=completing.seq,
             approvers=tuple(a.approver for a in counted.valid),
         )
-    if _expired(verified, now) and history.ended is None:
-        assert verified.expires_at is not None
+    deadline = verified.deadline
+    if deadline is not None and now >= deadline and history.ended is None:
         if history.approval_spent(verified.call_id, verified.seq) is not None:
             return None
+        if verified.escalate_to is not None and verified.escalation is None:
+            return None  # it escalates to its group, not denied (`Escalator.sweep`)
         return decided(
             outcome=DecisionOutcome.EXPIRED,
             decided_by=None,
-            decided_at=verified.expires_at,
+            decided_at=deadline,
             seq=None,
-            reason=f"request {verified.request_id} expired at {verified.expires_at.isoformat()} "
+            reason=f"request {verified.request_id} expired at {deadline.isoformat()} "
             "without the approvals it needed",
         )
     return None
-
-
-def _expired(request: ApprovalRequest, now: datetime.datetime) -> bool:
-    return request.expires_at is not None and now >= request.expires_at
 
 
 def _replacement(history: SagaHistory, request_id: str) -> str | None:

@@ -20,6 +20,7 @@ from sagacity.annotations import (
     check_approvers,
     declaration_of,
 )
+from sagacity.approval._escalation import check_escalation
 from sagacity.approval._provenance import check_justification_required
 from sagacity.approval._rules import approval_rule
 from sagacity.compensation import Compensation, CompensationRegistry
@@ -236,6 +237,9 @@ def _declared(
     approval_rule(declaration.approval, func, declaration.reversibility, name, where)
     check_justification_required(
         declaration.justification_required, declaration.reversibility, name, where
+    )
+    check_escalation(
+        declaration.remind_before, declaration.escalate_to, declaration.reversibility, name, where
     )
     _check_compensation_options(declaration, name, where)
     if compensation is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -86,6 +87,12 @@ class ToolDeclaration:
     approval: str | Callable[..., Any] | None = None
     """When an IRREVERSIBLE call needs a human: a rule such as `"amount > 1000"`, or a sync
     callable taking the call's input and returning True to ask; None: every call asks."""
+    remind_before: datetime.timedelta | float | None = None
+    """How long before a request expires a reminder goes out (a timedelta or seconds);
+    None: no reminder."""
+    escalate_to: str | None = None
+    """The approver group a request that expires undecided escalates to; None: it is
+    denied at expiry (the default)."""
 
 
 @overload
@@ -110,6 +117,8 @@ def compensable(
     reconcile_timeout: float = 30.0,
     approval: str | Callable[..., Any] | None = None,
     justification_required: bool = False,
+    remind_before: datetime.timedelta | float | None = None,
+    escalate_to: str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -132,6 +141,8 @@ def compensable(
     reconcile_timeout: float = 30.0,
     approval: str | Callable[..., Any] | None = None,
     justification_required: bool = False,
+    remind_before: datetime.timedelta | float | None = None,
+    escalate_to: str | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a function or method a tool with side effects, and how to undo them.
 
@@ -182,6 +193,15 @@ def compensable(
             justification (`Sagacity.approve(..., justification=)`); one without is refused
             and nothing is journaled. Recorded in each request, so another process's
             approval is held to it too.
+        remind_before: For an IRREVERSIBLE tool, how long before a request expires a
+            reminder goes out (`Sagacity(on_approval_reminder=)`, the webhook's
+            `approval.reminder`), journaled as REMINDED: a timedelta or seconds, shorter
+            than the request's time to live. None: no reminder. Checked at wrap time.
+        escalate_to: For an IRREVERSIBLE tool, the approver group
+            (`Sagacity(approver_groups=)`) a request that expires undecided escalates to,
+            journaled as ESCALATED: from then on only that group's approvals count, until
+            the group's own expiry. None: the request is denied at expiry and the saga
+            compensated (the default). Checked at wrap time.
 
     The function is returned unchanged: the declaration only takes effect through
     `Sagacity.wrap`, so deleting that call removes sagacity.
@@ -207,6 +227,8 @@ def compensable(
         reconcile_timeout=reconcile_timeout,
         approval=approval,
         justification_required=justification_required,
+        remind_before=remind_before,
+        escalate_to=escalate_to,
     )
 
     def declare(target: F) -> F:

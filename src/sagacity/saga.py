@@ -34,7 +34,7 @@ from sagacity.approval import (
     ApprovalStore,
     ResumableCall,
 )
-from sagacity.approval._lifecycle import Clock, checked_clock, explain_unusable
+from sagacity.approval._lifecycle import ApproverGroup, Clock, checked_clock, explain_unusable
 from sagacity.approval._policy import starter_for
 from sagacity.approval._resume import seal_for_replay
 from sagacity.compensation import CompensationRegistry, CompensationRunner
@@ -86,6 +86,8 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
             `sagacity`), never raised.
         running_call_wait: How long (seconds or a timedelta) a run waits for the calls
             its work left running; those still running then are in doubt (docs/sagas.md).
+        on_approval_reminder: Told of each request at its warning time (`Escalator`).
+        approver_groups: The `ApproverGroup`s expired requests may escalate to.
 
     Raises:
         ConfigurationError: The clock returns a naive datetime, a TTL or wait is negative,
@@ -107,6 +109,8 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         require_signed_approvals: bool = False,
         on_approval_request: ApprovalHook | None = None,
         running_call_wait: float | datetime.timedelta = 30.0,
+        on_approval_reminder: ApprovalHook | None = None,
+        approver_groups: Iterable[ApproverGroup] = (),
     ) -> None:
         self.journal = journal
         """The journal this Sagacity appends to."""
@@ -130,7 +134,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         self.allow_irreversible_outside_saga = allow_irreversible_outside_saga
         self.now: Clock = checked_clock(clock or _utc_now)
         policy = ApprovalPolicy.build(
-            approval_signing_key, approval_public_keys, require_signed_approvals
+            approval_signing_key, approval_public_keys, require_signed_approvals, approver_groups
         )
         self.approval = ApprovalLifecycle(
             journal,
@@ -139,6 +143,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
             clock=self.now,
             policy=policy,
             on_request=on_approval_request,
+            on_reminder=on_approval_reminder,
         )
         """The approval lifecycle: ask, decide, check, consume."""
         self._registry = CompensationRegistry()

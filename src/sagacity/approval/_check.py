@@ -11,6 +11,7 @@ import dataclasses
 import datetime
 
 from sagacity._history import NOT_RUN, SagaHistory, payload_of
+from sagacity.approval._escalation import counts_after_escalation, escalation_in
 from sagacity.approval._policy import (
     ApprovalPolicy,
     Counted,
@@ -105,6 +106,7 @@ def verified_request(
             f"{started_by!r} as the saga's starter, but the journal recorded {starter!r} "
             "first; verify the journal, and reject the request"
         )
+    escalate_to = journaled.get("escalate_to")
     verified = dataclasses.replace(
         request,
         input=journaled_input,
@@ -112,6 +114,9 @@ def verified_request(
         started_by=starter or started_by,
         approvers_required=required,
         edited_by=edited_by,
+        remind_at=_time(journaled.get("remind_at")),
+        escalate_to=escalate_to if isinstance(escalate_to, str) else None,
+        escalation=escalation_in(history, awaiting),
     )
     return dataclasses.replace(verified, approvals=approvals_of(verified, history, policy).valid)
 
@@ -122,13 +127,17 @@ def approvals_of(request: ApprovalRequest, history: SagaHistory, policy: Approva
 
 
 def _approvals_of(request: ApprovalRequest, history: SagaHistory) -> list[JournalEntry]:
-    """The APPROVED entries naming exactly this request, whatever they recorded."""
+    """The APPROVED entries naming exactly this request, whatever they recorded.
+
+    Once the request escalated, only those journaled after it by the group's members.
+    """
     return [
         entry
         for entry in history.approvals(request.seq)
         if entry.call_id == request.call_id
         and entry.tool_name == request.tool_name
         and payload_of(entry).get("request_id") == request.request_id
+        and counts_after_escalation(request.escalation, entry)
     ]
 
 
@@ -229,7 +238,7 @@ def check_approved(
         )
     if request.expired(now):
         raise ApprovalExpiredError(
-            f"saga {saga!r}: request {rid} for tool {tool!r} expired at {request.expires_at}"
+            f"saga {saga!r}: request {rid} for tool {tool!r} expired at {request.deadline}"
         )
     counted = approvals_of(request, history, policy)
     required = request.approvers_required

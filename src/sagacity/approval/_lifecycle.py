@@ -27,6 +27,12 @@ from sagacity.approval._check import (
     journaled_request,
 )
 from sagacity.approval._decide import RequestDecisions
+from sagacity.approval._escalation import (
+    ApproverGroup,
+    ToolEscalation,
+    reminded_for,
+    tool_escalation,
+)
 from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify
 from sagacity.approval._provenance import initiator
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
@@ -44,7 +50,7 @@ from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, 
 
 # `explain_unusable` is re-exported: the hot path and the scope ask it why a request
 # cannot run.
-__all__ = ["ApprovalHook", "ApprovalLifecycle", "Clock", "explain_unusable"]
+__all__ = ["ApprovalHook", "ApprovalLifecycle", "ApproverGroup", "Clock", "explain_unusable"]
 
 
 Clock = Callable[[], datetime.datetime]
@@ -69,6 +75,8 @@ class ApprovalLifecycle(RequestDecisions):
         policy: How approvals are signed, and which signatures count.
         on_request: Called with each new request once it is journaled and stored; an
             exception it raises is logged, never raised.
+        on_reminder: Called with a request when its reminder is journaled (REMINDED);
+            an exception it raises is logged, never raised.
     """
 
     def __init__(
@@ -80,6 +88,7 @@ class ApprovalLifecycle(RequestDecisions):
         clock: Clock,
         policy: ApprovalPolicy | None = None,
         on_request: ApprovalHook | None = None,
+        on_reminder: ApprovalHook | None = None,
     ) -> None:
         self.journal = journal
         self.store = store
@@ -87,6 +96,9 @@ class ApprovalLifecycle(RequestDecisions):
         self.now = clock
         self.policy = policy or ApprovalPolicy()
         self.on_request = on_request
+        self.on_reminder = on_reminder
+        self.escalations: dict[str, ToolEscalation] = {}
+        """When each wrapped tool's requests are reminded and where they escalate, by name."""
         self.declared_approvers: dict[str, int] = {}
         """How many approvers each wrapped tool declared, by name: a copy of a tool that
         an adapter makes asks for as many as the tool itself."""
@@ -97,7 +109,29 @@ class ApprovalLifecycle(RequestDecisions):
         name: a copy of a tool that an adapter makes is decided by the same rule."""
 
     def declare(self, tools: Iterable[WrappedTool]) -> None:
-        """Remember how many approvers each wrapped tool declares (`compensable(approvers=)`)."""
+        """Remember how many approvers each wrapped tool declares (`compensable(approvers=)`).
+
+        Raises:
+            ConfigurationError: A tool's `remind_before` or `escalate_to` cannot apply
+                here (no `approval_ttl`, a reminder not before expiry, an unknown group).
+        """
+        tools = list(tools)
+        escalations = {}
+        for tool in tools:  # all are checked before any is remembered
+            declared = declaration_of(tool.func)
+            if declared is not None:
+                escalations[tool.name] = tool_escalation(
+                    tool.name,
+                    declared.remind_before,
+                    declared.escalate_to,
+                    ttl=self.ttl,
+                    groups=self.policy.groups,
+                )
+        for name, escalation in escalations.items():
+            if escalation is None:
+                self.escalations.pop(name, None)
+            else:
+                self.escalations[name] = escalation
         for tool in tools:
             declared = declaration_of(tool.func)
             self.declared_approvers[tool.name] = declared.approvers if declared else 1
@@ -170,6 +204,13 @@ class ApprovalLifecycle(RequestDecisions):
             payload["edited_by"] = edited_by
         if rule is not None:  # why the call asks: its tool's rule said so, or failed
             payload["approval_rule"] = rule
+        escalation = self.escalations.get(tool_name)
+        remind_at = None if escalation is None else escalation.remind_at(expires_at)
+        if remind_at is not None:  # left out when none, as the other defaults
+            payload["remind_at"] = remind_at.isoformat()
+        escalate_to = None
+        if escalation is not None and escalation.escalate_to is not None and expires_at:
+            escalate_to = payload["escalate_to"] = escalation.escalate_to.name
         entry = history.append(
             self.journal,
             Phase.AWAITING_APPROVAL,
@@ -194,6 +235,8 @@ class ApprovalLifecycle(RequestDecisions):
             edited_by=edited_by,
             initiated_by=initiated,
             justification_required=required,
+            remind_at=remind_at,
+            escalate_to=escalate_to,
         )
         self.store.save(request)
         _telemetry.approval_event(
@@ -306,6 +349,108 @@ class ApprovalLifecycle(RequestDecisions):
             },
         )
         _telemetry.approval_refused(history.saga_id, tool_name, reason, refusal)
+
+    # -- reminders and escalation (run by `Escalator.sweep`, under the saga lease) ------
+
+    def due(
+        self, request: ApprovalRequest, history: SagaHistory, now: datetime.datetime
+    ) -> str | None:
+        """What is due for the verified, pending `request` at `now`, read from the journal.
+
+        `"remind"` at its warning time if no REMINDED warned of this expiry yet;
+        `"escalate"` once it expired undecided, if it names a group and has not escalated;
+        `"deny"` once it expired undecided otherwise; None when nothing is due.
+        """
+        if history.ended is not None or len(request.approvals) >= request.approvers_required:
+            return None
+        awaiting = history.entry(request.seq)
+        if awaiting is None or awaiting not in history.open_requests():
+            return None
+        if request.expired(now):
+            if request.escalate_to is not None and request.escalation is None:
+                return "escalate"
+            return "deny"
+        warn_at = request.warn_at
+        not_yet = warn_at is None or now < warn_at
+        if not not_yet and reminded_for(history, awaiting, request.deadline) is None:
+            return "remind"
+        return None
+
+    def remind(self, history: SagaHistory, request: ApprovalRequest) -> JournalEntry:
+        """Journal REMINDED for `request`'s coming expiry, then tell `on_reminder`.
+
+        Appended only if the journal is as `history` read it (`AppendConflictError`
+        otherwise), so of two sweepers one reminds.
+        """
+        deadline = request.deadline
+        warn_at = request.warn_at
+        entry = history.append(
+            self.journal,
+            Phase.REMINDED,
+            tool_name=request.tool_name,
+            call_id=request.call_id,
+            ref_seq=request.seq,
+            payload={
+                "request_id": request.request_id,
+                "remind_at": None if warn_at is None else warn_at.isoformat(),
+                "expires_at": None if deadline is None else deadline.isoformat(),
+                "group": None if request.escalation is None else request.escalation.group,
+            },
+            expected_seq=history.last_seq,
+        )
+        _telemetry.approval_event(
+            request.saga_id,
+            "approval.reminder",
+            request_id=request.request_id,
+            tool=request.tool_name,
+        )
+        notify(self.on_reminder, request, what="on_approval_reminder")
+        return entry
+
+    def escalate(
+        self, history: SagaHistory, request: ApprovalRequest, now: datetime.datetime
+    ) -> JournalEntry | None:
+        """Journal ESCALATED: `request` now waits for its group, until a new expiry.
+
+        Returns None, journaling nothing, when this process has no such group (another
+        process configured with it escalates the request). Appended only if the journal
+        is as `history` read it.
+        """
+        name = request.escalate_to
+        group = None if name is None else self.policy.groups.get(name)
+        if group is None:
+            _telemetry.logger.warning(
+                "saga %r: request %s for tool %r escalates to approver group %r, which this "
+                "Sagacity does not configure; it is left to a process that does",
+                request.saga_id,
+                request.request_id,
+                request.tool_name,
+                name,
+            )
+            return None
+        expires_at = now + group.ttl
+        escalation = self.escalations.get(request.tool_name)
+        remind_at = None
+        before = None if escalation is None else escalation.remind_before
+        if before is not None and before < group.ttl:
+            remind_at = expires_at - before
+        return history.append(
+            self.journal,
+            Phase.ESCALATED,
+            tool_name=request.tool_name,
+            call_id=request.call_id,
+            ref_seq=request.seq,
+            payload={
+                "request_id": request.request_id,
+                "group": group.name,
+                "members": list(group.members),
+                "expired_at": None if request.deadline is None else request.deadline.isoformat(),
+                "escalated_at": now.isoformat(),
+                "expires_at": expires_at.isoformat(),
+                "remind_at": None if remind_at is None else remind_at.isoformat(),
+            },
+            expected_seq=history.last_seq,
+        )
 
     # -- resume -------------------------------------------------------------------------
 

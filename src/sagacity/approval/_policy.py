@@ -19,8 +19,14 @@ from sagacity._history import SagaHistory, payload_of
 from sagacity._ids import require_name
 from sagacity._unicode import principal_key
 from sagacity.annotations import MAX_APPROVERS
+from sagacity.approval._escalation import ApproverGroup, approver_groups
 from sagacity.approval._request import Approval, ApprovalRequest
-from sagacity.errors import ConfigurationError, SagaStateError, SelfApprovalError
+from sagacity.errors import (
+    ApprovalError,
+    ConfigurationError,
+    SagaStateError,
+    SelfApprovalError,
+)
 from sagacity.journal import JournalEntry, JsonValue
 from sagacity.journal._canonical import canonical_bytes
 
@@ -47,8 +53,10 @@ ApprovalHook = Callable[[ApprovalRequest], None]
 logger = logging.getLogger("sagacity")
 
 
-def notify(hook: ApprovalHook | None, request: ApprovalRequest) -> None:
-    """Tell `hook` of a new request; what it raises is logged, never raised."""
+def notify(
+    hook: ApprovalHook | None, request: ApprovalRequest, *, what: str = "on_approval_request"
+) -> None:
+    """Tell `hook` (`what`, in the log) of a request; what it raises is logged, never raised."""
     if hook is None:
         return
     try:
@@ -57,9 +65,9 @@ def notify(hook: ApprovalHook | None, request: ApprovalRequest) -> None:
         # The request is journaled and stored: a failing notifier must not fail the call
         # (nor undo what was recorded). Retrying is the notifier's own business.
         logger.exception(
-            "saga %r: the on_approval_request hook raised for request %s (tool %r); "
-            "the request stands",
+            "saga %r: the %s hook raised for request %s (tool %r); the request stands",
             request.saga_id,
+            what,
             request.request_id,
             request.tool_name,
         )
@@ -113,11 +121,13 @@ class ApprovalPolicy:
             key's own public key is accepted too.
         require_signed: Count only APPROVED entries whose signature verifies with one of
             `public_keys`.
+        groups: The approver groups an expired request may escalate to, by name.
     """
 
     signing_key: PrivateKey | None = None
     public_keys: dict[str, PublicKey] = dataclasses.field(default_factory=dict)
     require_signed: bool = False
+    groups: dict[str, ApproverGroup] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(
@@ -125,12 +135,14 @@ class ApprovalPolicy:
         signing_key: PrivateKey | None,
         public_keys: Iterable[PublicKey],
         require_signed: bool,
+        groups: Iterable[ApproverGroup] = (),
     ) -> ApprovalPolicy:
         """Check the settings of `Sagacity(...)` and build the policy.
 
         Raises:
-            ConfigurationError: Signatures are required and no key could verify one, or
-                a key is not a `sagacity.audit` key.
+            ConfigurationError: Signatures are required and no key could verify one, a
+                key is not a `sagacity.audit` key, or the approver groups are not
+                `ApproverGroup`s with distinct names.
         """
         try:
             keys = list(public_keys)
@@ -165,6 +177,7 @@ class ApprovalPolicy:
         return cls(
             signing_key=signing_key,
             public_keys={key.key_id: key for key in keys},
+            groups=approver_groups(groups),
             require_signed=require_signed,
         )
 
@@ -392,4 +405,14 @@ def refuse_self_approval(request: ApprovalRequest, approver: str) -> None:
             f"saga {request.saga_id!r}: {approver!r} edited the input of request "
             f"{request.request_id} for tool {request.tool_name!r}, so they cannot approve "
             "it; another principal must approve it"
+        )
+    escalation = request.escalation
+    if escalation is not None and principal_key(approver) not in {
+        principal_key(m) for m in escalation.members
+    }:
+        raise ApprovalError(
+            f"saga {request.saga_id!r}: request {request.request_id} for tool "
+            f"{request.tool_name!r} escalated to group {escalation.group!r} at seq "
+            f"{escalation.seq}; {approver!r} is not a member of it, so only "
+            f"{', '.join(map(repr, escalation.members))} may approve it now"
         )

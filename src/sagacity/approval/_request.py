@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sagacity.journal import JsonValue
+
+if TYPE_CHECKING:
+    from sagacity.approval._escalation import Escalation
 
 __all__ = ["Approval", "ApprovalRequest", "ApprovalStore"]
 
@@ -77,6 +80,25 @@ class ApprovalRequest:
     for a request journaled before sagacity recorded it. Filled in by `Sagacity.pending`."""
     justification_required: bool = dataclasses.field(default=False, compare=False)
     """Whether an approval must give a justification (`compensable(justification_required=)`)."""
+    remind_at: datetime.datetime | None = dataclasses.field(default=None, compare=False)
+    """When a reminder goes out (UTC), as its AWAITING_APPROVAL records it; None for none
+    (`compensable(remind_before=)`). Filled in from the journal."""
+    escalate_to: str | None = dataclasses.field(default=None, compare=False)
+    """The approver group the request escalates to at expiry, as journaled; None: it is
+    denied at expiry (`compensable(escalate_to=)`). Filled in from the journal."""
+    escalation: Escalation | None = dataclasses.field(default=None, compare=False)
+    """Its escalation, once journaled (ESCALATED): the group, its members and the new
+    expiry; only their approvals after it count. Filled in from the journal."""
+
+    @property
+    def deadline(self) -> datetime.datetime | None:
+        """When the request stops being usable: its escalation's expiry once it escalated."""
+        return self.expires_at if self.escalation is None else self.escalation.expires_at
+
+    @property
+    def warn_at(self) -> datetime.datetime | None:
+        """When the next reminder is due: before `deadline`; None for no reminder."""
+        return self.remind_at if self.escalation is None else self.escalation.remind_at
 
     @property
     def state(self) -> str:
@@ -134,8 +156,17 @@ class ApprovalRequest:
         }
 
     def expired(self, now: datetime.datetime) -> bool:
-        """Tell whether the request has expired at `now`."""
-        return self.expires_at is not None and now >= self.expires_at
+        """Tell whether the request has expired at `now` (its escalation's expiry, if any)."""
+        deadline = self.deadline
+        return deadline is not None and now >= deadline
+
+    def escalation_json(self) -> dict[str, JsonValue]:
+        """When the request is reminded, where it escalates, and its escalation, as JSON."""
+        return {
+            "remind_at": None if self.remind_at is None else self.remind_at.isoformat(),
+            "escalate_to": self.escalate_to,
+            "escalation": None if self.escalation is None else self.escalation.to_json(),
+        }
 
 
 @runtime_checkable
