@@ -38,7 +38,7 @@ def schema_of(url: str) -> str:
 
 class TestSchema:
     def test_created_on_first_use_with_its_version(self, pg_url: str, admin: Admin) -> None:
-        """Opening a URL creates its schema, its tables, the triggers and version 3."""
+        """Opening a URL creates its schema, its tables, the triggers and version 4."""
         schema = schema_of(pg_url)
         assert admin.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
         open_postgres_stores(pg_url)[0].close()
@@ -56,7 +56,7 @@ class TestSchema:
         version = admin.execute(
             f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
         ).fetchone()
-        assert version == (str(SCHEMA_VERSION),) == ("3",)
+        assert version == (str(SCHEMA_VERSION),) == ("4",)
 
     def test_the_payload_column_is_text_not_jsonb(self, pg_url: str, admin: Admin) -> None:
         """Payloads and approval inputs are stored as text: jsonb would reorder and reformat."""
@@ -105,7 +105,7 @@ class TestSchema:
         version = admin.execute(
             f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
         ).fetchone()
-        assert version == ("3",)
+        assert version == ("4",)
 
     def test_a_version_2_schema_opened_read_only_refuses_a_lease_clearly(
         self, pg_url: str, admin: Admin

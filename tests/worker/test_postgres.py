@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -91,7 +92,9 @@ class TestListen:
                 elsewhere.approve(HOSTILE, approver="alice")
             assert events.wait(HOSTILE, timeout=30).decided_by == "alice"
 
-    def test_many_watchers_set_up_the_trigger_once(self, url: str, paused: Sagacity) -> None:
+    def test_many_watchers_opened_at_once_all_listen_on_one_trigger(
+        self, url: str, paused: Sagacity
+    ) -> None:
         """Eight watchers opened at once: one trigger, every one listening."""
         watches = []
         errors: list[BaseException] = []
@@ -121,3 +124,107 @@ class TestListen:
         finally:
             for watch in watches:
                 watch.close()
+
+
+def _trigger_and_index(schema: str) -> tuple[int, int]:
+    with admin_connection() as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM pg_trigger WHERE tgname = "
+            "'sagacity_journal_decision' AND tgrelid = %s::regclass), "
+            "(SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE i.indrelid = %s::regclass AND c.relname = 'sagacity_journal_decided' "
+            "AND i.indisvalid)",
+            (f'"{schema}".sagacity_journal',) * 2,
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+class TestTheTriggerInTheSchema:
+    def test_a_new_journal_has_the_trigger_and_the_index_before_any_worker(self, url: str) -> None:
+        """Schema version 4 makes the decision trigger and its index with the tables."""
+        Sagacity.from_url(url).close()
+        schema = url.rpartition("schema=")[2]
+        assert _trigger_and_index(schema) == (1, 1)
+        with admin_connection() as conn:
+            version = conn.execute(
+                f"SELECT value FROM \"{schema}\".sagacity_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        assert version == ("4",)
+
+    def test_a_version_3_journal_is_upgraded_and_notifies(self, url: str) -> None:
+        """A version 3 journal gains the trigger when opened, a watch builds the index.
+
+        A decision then wakes the watch.
+        """
+        Sagacity.from_url(url).close()
+        schema = url.rpartition("schema=")[2]
+        with admin_connection() as conn:
+            conn.execute(f'DROP TRIGGER sagacity_journal_decision ON "{schema}".sagacity_journal')
+            conn.execute(f'DROP FUNCTION "{schema}".sagacity_journal_notify_decision')
+            conn.execute(f'DROP INDEX "{schema}".sagacity_journal_decided')
+            conn.execute(
+                f"UPDATE \"{schema}\".sagacity_meta SET value = '3' WHERE key = 'schema_version'"
+            )
+        assert _trigger_and_index(schema) == (0, 0)
+        instance = Sagacity.from_url(url)
+        try:
+            assert _trigger_and_index(schema) == (1, 0)
+            instance.wrap(Shop())
+            pause(instance, HOSTILE)
+            watch = open_watch(instance.journal)
+            try:
+                assert _trigger_and_index(schema) == (1, 1)
+                assert watch.wakeup == "listen"
+                instance.approve(HOSTILE, approver="alice")
+                assert watch.wait(30)
+                assert watch.changed() == {HOSTILE}
+            finally:
+                watch.close()
+        finally:
+            instance.close()
+
+    def test_a_trigger_an_older_worker_made_is_replaced_once(self, url: str) -> None:
+        """A trigger an older sagacity's worker made is replaced: a decision notifies once."""
+        Sagacity.from_url(url).close()
+        schema = url.rpartition("schema=")[2]
+        with admin_connection() as conn:
+            conn.execute(
+                f"UPDATE \"{schema}\".sagacity_meta SET value = '3' WHERE key = 'schema_version'"
+            )
+        instance = Sagacity.from_url(url)
+        try:
+            assert _trigger_and_index(schema) == (1, 1)
+            instance.wrap(Shop())
+            pause(instance, HOSTILE)
+            with admin_connection() as listener:
+                listener.execute("LISTEN sagacity_decisions")
+                instance.approve(HOSTILE, approver="alice")
+                notes = [
+                    n.payload
+                    for n in listener.notifies(timeout=2.0)
+                    if f'"schema" : "{schema}"' in n.payload
+                ]
+            assert len(notes) == 1, notes
+        finally:
+            instance.close()
+
+    def test_a_dropped_trigger_is_polled_with_a_warning(
+        self, url: str, paused: Sagacity, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Without the trigger the watch polls, says why, and still finds the decision."""
+        schema = url.rpartition("schema=")[2]
+        with admin_connection() as conn:
+            conn.execute(f'DROP TRIGGER sagacity_journal_decision ON "{schema}".sagacity_journal')
+        with caplog.at_level(logging.WARNING, logger="sagacity.worker"):
+            watch = open_watch(paused.journal)
+        try:
+            assert watch.wakeup == "poll"
+            assert "no enabled decision trigger" in caplog.text
+            assert "version 4" in caplog.text
+            assert watch.changed() == set()
+            with Sagacity.from_url(url) as elsewhere:
+                elsewhere.approve(HOSTILE, approver="alice")
+            assert watch.changed() == {HOSTILE}
+        finally:
+            watch.close()

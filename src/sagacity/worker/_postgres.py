@@ -1,8 +1,10 @@
 """Watching a PostgreSQL journal: LISTEN/NOTIFY, and polling where LISTEN cannot work.
 
-A trigger on the journal table sends `NOTIFY sagacity_decisions` for each APPROVED or
-REJECTED row, in the transaction that appends it: the notification is delivered when,
-and only if, the decision commits. The worker LISTENs on its own connection.
+A trigger on the journal table, part of its schema (version 4), sends
+`NOTIFY sagacity_decisions` for each APPROVED or REJECTED row, in the transaction that
+appends it: the notification is delivered when, and only if, the decision commits. The
+worker LISTENs on its own connection; a notification about another schema's journal in
+the same database does not wake it.
 
 Behind a pooler that hands a session's statements to different server connections
 (PgBouncer in transaction mode), LISTEN is accepted but nothing is ever delivered. The
@@ -34,36 +36,14 @@ __all__ = ["CHANNEL", "PostgresWatch"]
 logger = logging.getLogger("sagacity.worker")
 
 CHANNEL = "sagacity_decisions"
-"""The channel the journal's trigger notifies on; the payload names the schema and saga."""
+"""The channel the journal's trigger notifies on (`sagacity_journal_notify_decision`, in
+`sagacity.journal.postgres._schema`); the payload names the schema and the saga."""
 
 _PROBE_WAIT = 2.0
 """Seconds to wait for the watch's own NOTIFY before deciding LISTEN is not delivered."""
 
 _SLICE = 0.25
 """The longest a wait blocks on the socket before looking whether it was interrupted."""
-
-_SETUP = [
-    """
-    CREATE OR REPLACE FUNCTION {prefix}sagacity_journal_notify_decision() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-    BEGIN
-        -- A payload is at most 8000 bytes: a longer saga id is left out (the watcher
-        -- then looks at every recent decision instead of failing the append).
-        PERFORM pg_notify('{channel}', json_build_object(
-            'schema', TG_TABLE_SCHEMA,
-            'saga_id', CASE WHEN octet_length(NEW.saga_id) <= 7000 THEN NEW.saga_id END
-        )::text);
-        RETURN NULL;
-    END
-    $$
-    """,
-    """
-    CREATE TRIGGER sagacity_journal_decision
-        AFTER INSERT ON {table}
-        FOR EACH ROW WHEN (NEW.phase IN ('APPROVED', 'REJECTED'))
-        EXECUTE FUNCTION {prefix}sagacity_journal_notify_decision()
-    """,
-]
 
 _INDEX = """
     CREATE INDEX CONCURRENTLY IF NOT EXISTS sagacity_journal_decided ON {table} (recorded_at)
@@ -110,21 +90,17 @@ class PostgresWatch:
     # -- setup ---------------------------------------------------------------------------
 
     def _install(self, prefix: str) -> None:
-        """Create the trigger and the index once, whichever worker comes first."""
+        """Check the schema's decision trigger, and build the decisions' index if missing."""
 
-        def install(conn: psycopg.Connection[Any]) -> None:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._table,))
-                found = conn.execute(
+        def trigger(conn: psycopg.Connection[Any]) -> bool:
+            return (
+                conn.execute(
                     "SELECT 1 FROM pg_trigger WHERE tgname = 'sagacity_journal_decision' "
-                    "AND tgrelid = %s::regclass",
+                    "AND tgrelid = %s::regclass AND tgenabled <> 'D'",
                     (self._table,),
                 ).fetchone()
-                if found is not None:
-                    return
-                for statement in _SETUP:
-                    sql = statement.format(prefix=prefix, table=self._table, channel=CHANNEL)
-                    conn.execute(sql.encode())
+                is not None
+            )
 
         def index(conn: psycopg.Connection[Any]) -> None:
             found = conn.execute(
@@ -140,10 +116,14 @@ class PostgresWatch:
                 )
                 conn.execute(_INDEX.format(table=self._table).encode())
 
-        try:
-            self._db.run(lambda: f"cannot set up decision notifications in {self._where}", install)
-        except JournalError as error:  # a role that may append but not create triggers
-            logger.warning("%s: waking on decisions by polling only", error)
+        if not self._db.run(lambda: f"cannot read the triggers of {self._where}", trigger):
+            logger.warning(
+                "%s has no enabled decision trigger (sagacity_journal_decision: its schema "
+                "was opened without being upgraded to version 4, or the trigger was dropped "
+                "or disabled): waking on decisions by polling only; open the journal once "
+                "from a worker of this sagacity to restore it",
+                self._where,
+            )
             self._no_trigger = True
         try:
             self._db.run(lambda: f"cannot index the decisions in {self._where}", index)
@@ -172,21 +152,23 @@ class PostgresWatch:
 
     # -- watching ------------------------------------------------------------------------
 
-    def _take(self, payload: str) -> None:
+    def _take(self, payload: str) -> bool:
+        """Note what a notification names; False if it is not about this journal."""
         try:
             said = json.loads(payload)
         except ValueError:
             self._everything = True
-            return
+            return True
         if not isinstance(said, dict) or "probe" in said:
-            return
+            return False
         if self._schema is not None and said.get("schema") != self._schema:
-            return  # another schema's journal in the same database
+            return False  # another schema's journal in the same database
         saga_id = said.get("saga_id")
         if isinstance(saga_id, str):
             self._notified.add(saga_id)
         else:
             self._everything = True
+        return True
 
     def wait(self, timeout: float) -> bool:
         """Wait for a notification (listening) or for `timeout` to pass (polling)."""
@@ -205,9 +187,9 @@ class PostgresWatch:
                 if notes:
                     notes += list(conn.notifies(timeout=0.0))  # those already here
                     with self._lock:
-                        for note in notes:
-                            self._take(note.payload)
-                    return True
+                        ours = [self._take(note.payload) for note in notes]
+                    if any(ours):  # another schema's decisions do not wake this watch
+                        return True
             except psycopg.Error as error:
                 logger.warning(
                     "the LISTEN connection to %s failed (%s): polling until it is back",

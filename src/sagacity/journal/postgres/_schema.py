@@ -11,10 +11,10 @@ from sagacity.errors import JournalError, SchemaVersionError
 
 __all__ = ["LEASE_LOST", "LOCK_CLASS", "SCHEMA_VERSION", "advisory_key", "ensure_schema"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes and reads. 1: journal and approval requests;
 2: saga leases, and appends fenced by them; 3: a takeover journals TAKEN_OVER with the
-lease it takes (an older schema is upgraded in place)."""
+lease it takes; 4: a decision notifies the workers (an older schema is upgraded in place)."""
 
 LEASE_LOST = "SG001"
 """The SQLSTATE the locked path raises for an append whose lease was taken over."""
@@ -270,6 +270,42 @@ _SCHEMA_V3 = [
 lease, so that appends of the former holder's fast path meet the primary key."""
 
 
+_SCHEMA_V4 = [
+    # Each APPROVED or REJECTED row notifies `sagacity.worker`'s channel when, and only
+    # if, its transaction commits. A payload is at most 8000 bytes: a longer saga id is
+    # left out (the watcher then looks at every recent decision instead).
+    """
+    CREATE OR REPLACE FUNCTION {s}sagacity_journal_notify_decision() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('sagacity_decisions', json_build_object(
+            'schema', TG_TABLE_SCHEMA,
+            'saga_id', CASE WHEN octet_length(NEW.saga_id) <= 7000 THEN NEW.saga_id END
+        )::text);
+        RETURN NULL;
+    END
+    $$
+    """,
+    # A worker of an older sagacity may have made it already.
+    "DROP TRIGGER IF EXISTS sagacity_journal_decision ON {s}sagacity_journal",
+    """
+    CREATE TRIGGER sagacity_journal_decision
+        AFTER INSERT ON {s}sagacity_journal
+        FOR EACH ROW WHEN (NEW.phase IN ('APPROVED', 'REJECTED'))
+        EXECUTE FUNCTION {s}sagacity_journal_notify_decision()
+    """,
+]
+"""What version 4 adds: the NOTIFY of each decision a worker waits on (`sagacity.worker`)."""
+
+_DECIDED_INDEX = """
+    CREATE INDEX sagacity_journal_decided ON {s}sagacity_journal (recorded_at)
+        WHERE phase IN ('APPROVED', 'REJECTED')
+"""
+"""The decision rows by time, for a worker's quick looks; made with a new schema only. On
+an upgraded journal the worker builds it without blocking appends (CONCURRENTLY, which
+cannot run in the upgrade's transaction)."""
+
+
 def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str) -> None:
     """Create the tables on first use, or check that their version is one this code reads.
 
@@ -301,7 +337,7 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
             conn.execute(f"CREATE SCHEMA {prefix[:-1]}", prepare=False)
         meta = prefix + "sagacity_meta"
         if _scalar(conn, "SELECT to_regclass(%s)", (meta,)) is None:
-            _run(conn, [*_SCHEMA_V1, *_SCHEMA_V2, *_SCHEMA_V3], prefix)
+            _run(conn, [*_SCHEMA_V1, *_SCHEMA_V2, *_SCHEMA_V3, *_SCHEMA_V4, _DECIDED_INDEX], prefix)
             conn.execute(
                 f"INSERT INTO {meta} (key, value) VALUES ('schema_version', %s)",
                 (str(SCHEMA_VERSION),),
@@ -314,7 +350,11 @@ def ensure_schema(conn: psycopg.Connection[Any], schema: str | None, where: str)
                 f"{where} has sagacity schema version {found}, but this sagacity knows only "
                 f"up to {SCHEMA_VERSION}; upgrade sagacity to open it"
             )
-        upgrades = {1: [*_SCHEMA_V2, *_SCHEMA_V3], 2: _SCHEMA_V3}.get(int(str(found)))
+        upgrades = {
+            1: [*_SCHEMA_V2, *_SCHEMA_V3, *_SCHEMA_V4],
+            2: [*_SCHEMA_V3, *_SCHEMA_V4],
+            3: _SCHEMA_V4,
+        }.get(int(str(found)))
         if upgrades:
             _run(conn, upgrades, prefix)
             conn.execute(
