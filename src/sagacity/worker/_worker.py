@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sagacity._decisions import WORK, Decision, Resumer
 from sagacity._history import SagaHistory
 from sagacity._resume_decision import DecisionResume, is_async_resumer
+from sagacity._sweeping import Escalator
 from sagacity.errors import ConfigurationError, JournalError, SagaBusyError, SagacityError
 from sagacity.worker._events import default_poll_interval
 from sagacity.worker._health import WorkerHealth, write_health
@@ -169,11 +170,13 @@ class Worker:
             assert self._watch is not None
             while not self._stopping.is_set():
                 try:
-                    if time.monotonic() >= next_rescan:
-                        candidates |= self._everything()
-                        next_rescan = time.monotonic() + self.rescan_interval
+                    # What woke the worker first: a full look due now does not delay it.
                     self._work_through(candidates)
                     candidates = set()
+                    if time.monotonic() >= next_rescan and not self._stopping.is_set():
+                        everything = self._everything()
+                        next_rescan = time.monotonic() + self.rescan_interval
+                        self._work_through(everything)
                     if self._stopping.is_set():
                         break
                     now = time.monotonic()
@@ -345,6 +348,8 @@ class Worker:
 
     def _everything(self) -> set[str]:
         assert self._watch is not None
+        # Reminders and escalations come due by time; an expiry's denial is the resume's.
+        Escalator(self.sagacity).sweep(deny=False)
         now = self.sagacity.now()
         expired = {r.saga_id for r in self.sagacity.approvals.pending() if r.expired(now)}
         return self._watch.all_sagas() | expired
