@@ -1,28 +1,40 @@
-"""Deciding on approval requests: show them, approve one, edit one.
+"""Deciding on approval requests: show them, approve one, reject one, edit one.
 
-The decisions of `Sagacity` that take no lease (each is a conditional append, see
-`approval/_lifecycle.py`); a mixin, so that the facade in `saga.py` stays thin.
-`reject` compensates, so it lives with the facade's leased operations.
+The decisions of `Sagacity` (approving and editing are conditional appends, see
+`approval/_lifecycle.py`; rejecting takes the saga's lease, for it compensates); a
+mixin, so that the facade in `saga.py` stays thin.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sagacity._ids import require_name
 from sagacity._stored_call import edited_input
 from sagacity.approval import ApprovalLifecycle, ApprovalRequest, edit_request
+from sagacity.approval._provenance import checked_via
 from sagacity.journal import JournalEntry
 from sagacity.tools import SagaTool
+
+if TYPE_CHECKING:
+    from sagacity._leasing import LeaseKeeper
+    from sagacity._outcome import SagaEnding, SagaResult
 
 __all__ = ["ApprovalDecisions"]
 
 
 class ApprovalDecisions:
-    """`Sagacity.pending`, `approve` and `edit`."""
+    """`Sagacity.pending`, `approve`, `reject` and `edit`."""
 
     approval: ApprovalLifecycle
     _tools: dict[str, SagaTool]
+    _ending: SagaEnding
+
+    if TYPE_CHECKING:
+
+        def _leased(
+            self, saga_id: str, *, opening: bool = False, wait: float | None = None
+        ) -> LeaseKeeper: ...
 
     def pending(self, saga_id: str | None = None) -> list[ApprovalRequest]:
         """Return the approval requests waiting, of one saga or of all.
@@ -41,6 +53,7 @@ class ApprovalDecisions:
         request_id: str | None = None,
         expected_sha256: str | None = None,
         justification: str | None = None,
+        via: str | None = None,
     ) -> JournalEntry:
         """Journal a named approver's approval of a pending request's exact input.
 
@@ -52,6 +65,9 @@ class ApprovalDecisions:
                 input no longer hashes to it.
             justification: Why they approve, journaled with the approval and covered by
                 its signature; required when the tool declares `justification_required`.
+            via: The channel the decision came through, journaled and signed with it:
+                "python" when None; sagacity's own channels pass "cli", "api", "inbox",
+                "email" or "slack", an application its own short lowercase name.
 
         Returns:
             The APPROVED entry. The request stays stored: resuming needs its hash.
@@ -62,6 +78,8 @@ class ApprovalDecisions:
                 the approvers it needs.
             ApprovalError: Another check refused (rejected, used, expired, changed).
             ConfigurationError: Signatures are required and this Sagacity cannot sign.
+            ValueError: The approver names nobody, or `via` is not a short lowercase
+                name (`^[a-z][a-z0-9_-]{0,31}$`).
         """
         require_name(approver, "approver")
         return self.approval.approve(
@@ -70,7 +88,39 @@ class ApprovalDecisions:
             request_id=request_id,
             expected_sha256=expected_sha256,
             justification=justification,
+            via=checked_via(via),
         )
+
+    def reject(
+        self,
+        saga_id: str,
+        *,
+        approver: str,
+        reason: str,
+        request_id: str | None = None,
+        via: str | None = None,
+    ) -> SagaResult:
+        """Journal a rejection, consume the request and compensate the saga.
+
+        `via` is the channel the decision came through, journaled with it (see `approve`).
+
+        Raises:
+            ApprovalAlreadyUsedError: The approved call is already running (or ran).
+            ValueError: The approver names nobody, or `via` is not a channel's name.
+        """
+        require_name(approver, "approver")
+        channel = checked_via(via)
+        with self._leased(saga_id) as keeper:
+            history = self.approval.reject(
+                saga_id,
+                approver=approver,
+                reason=reason,
+                request_id=request_id,
+                keeper=keeper,
+                via=channel,
+            )
+            report = self._ending.walk(history)
+            return self._ending.compensated(history, report, value=None, error=None)
 
     def edit(
         self,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sagacity._deciding import ApprovalDecisions
 from sagacity._granting import StandingApprovals
 from sagacity._history import SagaHistory
-from sagacity._ids import require_id, require_name
+from sagacity._ids import require_id
 from sagacity._leasing import LeaseKeeper
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
 from sagacity._reconcile import ReconcilerRegistry
@@ -163,12 +163,22 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         from sagacity._stores import open_stores
 
         journal, approvals = open_stores(url)
-        return cls(journal, approvals, **options)
+        try:
+            return cls(journal, approvals, **options)
+        except BaseException:
+            # The stores opened here are this call's to close when an option is refused.
+            try:
+                journal.close()
+            finally:
+                approvals.close()
+            raise
 
     def close(self) -> None:
-        """Close the stores."""
-        self.journal.close()
-        self.approvals.close()
+        """Close the stores; the approval store is closed even if closing the journal fails."""
+        try:
+            self.journal.close()
+        finally:
+            self.approvals.close()
 
     def __enter__(self) -> Sagacity:
         return self
@@ -322,23 +332,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         """
         return self.journal.entries(require_id(saga_id, "saga id"))
 
-    # -- approval ------------------------------------------------------------------------
-
-    def reject(
-        self, saga_id: str, *, approver: str, reason: str, request_id: str | None = None
-    ) -> SagaResult:
-        """Journal a rejection, consume the request and compensate the saga.
-
-        Raises:
-            ApprovalAlreadyUsedError: The approved call is already running (or ran).
-        """
-        require_name(approver, "approver")
-        with self._leased(saga_id) as keeper:
-            history = self.approval.reject(
-                saga_id, approver=approver, reason=reason, request_id=request_id, keeper=keeper
-            )
-            report = self._ending.walk(history)
-            return self._ending.compensated(history, report, value=None, error=None)
+    # -- approval (pending, approve, reject and edit: _deciding.py) ------------------------
 
     def resume_saga(
         self,

@@ -197,6 +197,7 @@ class TestApprove:
             "request_id": waiting.request.request_id,
             "approver": "alice@treasury",
             "input_sha256": waiting.request.input_sha256,
+            "via": "python",
         }
         assert waiting.sagacity.pending(SAGA) == [waiting.request]
         waiting.assert_nothing_ran()
@@ -378,6 +379,7 @@ class TestReject:
             "request_id": waiting.request.request_id,
             "approver": "bob@treasury",
             "reason": "wrong beneficiary",
+            "via": "python",
         }
         assert waiting.shop.log == ["reserve SKU-1", "release res-SKU-1-2"]
         waiting.assert_nothing_ran()

@@ -77,6 +77,7 @@ class TestJustification:
             "approver": "bob",
             "input_sha256": entry.payload["input_sha256"],
             "justification": "invoice INV-7 checked",
+            "via": "python",
         }
         (shown,) = sagacity.pending(SAGA)
         (approval,) = shown.approvals
@@ -182,11 +183,11 @@ class TestSignedJustification:
     def test_the_signature_covers_the_justification(
         self, open_sagacity: OpenSagacity, key: PrivateKey
     ) -> None:
-        """Version 2 signs the documented bytes, justification included."""
+        """Version 3 signs the documented bytes, justification and channel included."""
         worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
         inbox = open_sagacity(approval_signing_key=key, require_signed_approvals=True)
         waiting = waiting_saga(worker)
-        entry = inbox.approve(SAGA, approver="bob", justification=HOSTILE)
+        entry = inbox.approve(SAGA, approver="bob", justification=HOSTILE, via="inbox")
         request = waiting.request
         signed = rfc8785.dumps(
             {
@@ -198,10 +199,11 @@ class TestSignedJustification:
                 "tool_name": request.tool_name,
                 "request_seq": request.seq,
                 "justification": HOSTILE,
-                "version": 2,
+                "version": 3,
+                "via": "inbox",
             }
         )
-        assert entry.payload["signature_version"] == 2
+        assert entry.payload["signature_version"] == 3
         assert key.public.verify(signed, str(entry.payload["signature"]))
         assert verify(worker.journal, SAGA, approval_public_keys=[key.public]).ok
         assert worker.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
@@ -243,6 +245,81 @@ class TestSignedJustification:
         assert [(p.seq) for p in report.problems] == [injected.seq]
 
 
+class TestVia:
+    """The channel a decision came through is journaled with it, and signed."""
+
+    def test_python_is_the_default(self, sagacity: Sagacity) -> None:
+        """Approve or reject without `via`: "python"."""
+        waiting_saga(sagacity)
+        assert sagacity.approve(SAGA, approver="bob").payload["via"] == "python"
+        sagacity.reject(SAGA, approver="bob", reason="no")
+        rejected = next(e for e in sagacity.history(SAGA) if e.phase is Phase.REJECTED)
+        assert rejected.payload["via"] == "python"
+
+    def test_an_application_names_its_own(self, sagacity: Sagacity) -> None:
+        """A name of its own, as the contract's pattern allows, is journaled as given."""
+        waiting_saga(sagacity)
+        sagacity.reject(SAGA, approver="bob", reason="no", via="ops-desk_2" + "x" * 21)
+        rejected = next(e for e in sagacity.history(SAGA) if e.phase is Phase.REJECTED)
+        assert rejected.payload["via"] == "ops-desk_2" + "x" * 21
+
+    @pytest.mark.parametrize(
+        "via", ["", "Slack", "slack\n", "a" * 33, "1cli", "cli;drop", "\u202ecli", 7, b"cli"]
+    )
+    def test_a_hostile_channel_is_refused_and_nothing_is_journaled(
+        self, sagacity: Sagacity, via: Any
+    ) -> None:
+        """Refused naming the field, before anything is appended, for approve and reject."""
+        waiting_saga(sagacity)
+        before = len(sagacity.history(SAGA))
+        with pytest.raises(ValueError, match=r"^via must name the channel"):
+            sagacity.approve(SAGA, approver="bob", via=via)
+        with pytest.raises(ValueError, match=r"^via must name the channel"):
+            sagacity.reject(SAGA, approver="bob", reason="no", via=via)
+        with pytest.raises(ValueError, match=r"^via must name the channel"):
+            sagacity.approval.approve(
+                SAGA, approver="bob", request_id=None, expected_sha256=None, via=via
+            )
+        assert len(sagacity.history(SAGA)) == before
+        assert [r.state for r in sagacity.pending(SAGA)] == ["waiting"]
+
+    @pytest.mark.parametrize("justification", [None, "checked"])
+    def test_old_signatures_without_a_channel_still_count(
+        self, open_sagacity: OpenSagacity, key: PrivateKey, justification: str | None
+    ) -> None:
+        """An APPROVED signed before channels (version 1 or 2) verifies and runs the call."""
+        worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+        inbox = open_sagacity(approval_signing_key=key)
+        waiting = waiting_saga(worker)
+        signed = inbox.approval.policy.signature(SAGA, waiting.request, "bob", justification)
+        assert signed.get("signature_version") == (None if justification is None else 2)
+        extra = {} if justification is None else {"justification": justification}
+        inject_approval(worker, waiting.request, "bob", **extra, **signed)
+        assert verify(worker.journal, SAGA, approval_public_keys=[key.public]).ok
+        assert worker.resume_saga(SAGA).outcome is SagaOutcome.COMPLETED
+
+    @pytest.mark.parametrize("version", [3, 2, None])
+    def test_a_channel_moved_or_added_does_not_count(
+        self, open_sagacity: OpenSagacity, key: PrivateKey, version: int | None
+    ) -> None:
+        """A version-3 row re-hashed with another `via`, or an old one given one, is refused."""
+        worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+        inbox = open_sagacity(approval_signing_key=key)
+        waiting = waiting_saga(worker)
+        policy = inbox.approval.policy
+        justification = "checked" if version == 2 else None
+        signed = policy.signature(
+            SAGA, waiting.request, "bob", justification, "cli" if version == 3 else None
+        )
+        extra = {} if justification is None else {"justification": justification}
+        injected = inject_approval(worker, waiting.request, "bob", via="slack", **extra, **signed)
+        why = "does not verify" if version == 3 else "via is not covered by its signature"
+        with pytest.raises(ApprovalSignatureError, match=why):
+            worker.resume_saga(SAGA)
+        report = verify(worker.journal, SAGA, approval_public_keys=[key.public])
+        assert [p.seq for p in report.problems] == [injected.seq]
+
+
 class TestFronts:
     """The REST API, the inbox and the CLI take a justification and show the provenance.
 
@@ -277,6 +354,7 @@ class TestFronts:
             approved = client.post(url, json=body, headers=BOB)
             assert approved.status_code == 200, approved.text
             assert approved.json()["entry"]["payload"]["justification"] == HOSTILE
+            assert approved.json()["entry"]["payload"]["via"] == "api"
             (shown,) = approved.json()["request"]["approvals"]
             assert (shown["approver"], shown["justification"]) == ("bob", HOSTILE)
 
@@ -309,6 +387,7 @@ class TestFronts:
         assert waiting_front.history("vault-1")[-1].payload["justification"] == (
             "<script>window.__xss=1</script> ticket 9"
         )
+        assert waiting_front.history("vault-1")[-1].payload["via"] == "inbox"
         assert "<script>window.__xss=1</script>" not in shown
         assert "&lt;script&gt;window.__xss=1&lt;/script&gt; ticket 9" in shown
         assert "Initiated by" in shown
@@ -328,6 +407,7 @@ class TestFronts:
         assert done.returncode == 0, done.stderr
         assert "  why     ticket\\u202e 9" in done.stdout
         assert waiting_front.history("vault-1")[-1].payload["justification"] == "ticket\u202e 9"
+        assert waiting_front.history("vault-1")[-1].payload["via"] == "cli"
         table = run_cli("pending", "--saga", "vault-1", "--database", database)
         assert table.returncode == 0, table.stderr
         assert "(why bob: ticket\\u202e 9)" in table.stdout

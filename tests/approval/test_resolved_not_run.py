@@ -134,6 +134,7 @@ class TestResolvedNotRun:
                 "request_id": crashed.request.request_id,
                 "approver": "bob",
                 "reason": "the customer cancelled",
+                "via": "python",
             },
         )
         assert sagacity.pending(SAGA) == []

@@ -68,7 +68,10 @@ class TestSignedApprovals:
     def test_a_signed_approval_runs_and_verifies_independently(
         self, open_sagacity: OpenSagacity, key: PrivateKey
     ) -> None:
-        """The APPROVED payload carries a hex Ed25519 signature over the documented bytes."""
+        """The APPROVED payload carries a hex Ed25519 signature over the documented bytes.
+
+        Version 3: the fields of version 1, the justification (none here) and the channel.
+        """
         worker, approver = worker_and_approver(open_sagacity, key)
         waiting = waiting_saga(worker)
         entry = approver.approve(SAGA, approver="bob")
@@ -84,9 +87,23 @@ class TestSignedApprovals:
                 "call_id": request.call_id,
                 "tool_name": request.tool_name,
                 "request_seq": request.seq,
+                "justification": None,
+                "version": 3,
+                "via": "python",
             }
         )
-        assert signed == signed_bytes_of(request, "bob")
+        assert payload["signature_version"] == 3
+        assert signed == signed_bytes(
+            SAGA,
+            request.request_id,
+            request.input_sha256,
+            "bob",
+            call_id=request.call_id,
+            tool_name=request.tool_name,
+            request_seq=request.seq,
+            version=3,
+            via="python",
+        )
         key.public.key.verify(bytes.fromhex(payload["signature"]), signed)  # raises if wrong
         (shown,) = worker.pending(SAGA)
         assert [(a.approver, a.key_id) for a in shown.approvals] == [("bob", key.key_id)]

@@ -17,7 +17,7 @@ from sagacity._unicode import principal_key
 from sagacity.approval._check import check_current, check_unused, journaled_request
 from sagacity.approval._pending import PendingRequests
 from sagacity.approval._policy import refuse_self_approval
-from sagacity.approval._provenance import checked_justification
+from sagacity.approval._provenance import checked_justification, checked_via
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import (
     AppendConflictError,
@@ -64,17 +64,21 @@ class RequestDecisions(PendingRequests):
         request_id: str | None,
         expected_sha256: str | None,
         justification: str | None = None,
+        via: str | None = None,
     ) -> JournalEntry:
         """Journal APPROVED for a pending request, after every check (see `Sagacity.approve`).
 
         A `justification` is journaled with it, and covered by its signature; a tool that
-        requires one refuses an approval without it (`ApprovalError`).
+        requires one refuses an approval without it (`ApprovalError`). `via`, the channel
+        it came through ("python" when None), is journaled and signed too (`ValueError`
+        when it is not a short lowercase name).
 
         Refused, with nothing journaled, for the saga's starter or the input's editor
         (`SelfApprovalError`), for an approver whose approval counts already, and once the
         request has all the approvals it needs (`ApprovalAlreadyGivenError`). Each refusal
         is logged as a WARNING naming the saga, the approver and why: it leaves no entry.
         """
+        channel = checked_via(via)
         try:
             return self._approve(
                 saga_id,
@@ -82,6 +86,7 @@ class RequestDecisions(PendingRequests):
                 request_id=request_id,
                 expected_sha256=expected_sha256,
                 justification=justification,
+                via=channel,
             )
         except (ApprovalError, SagaStateError, ConfigurationError) as refusal:
             _approval_refused(saga_id, approver, refusal)
@@ -95,6 +100,7 @@ class RequestDecisions(PendingRequests):
         request_id: str | None,
         expected_sha256: str | None,
         justification: str | None,
+        via: str,
     ) -> JournalEntry:
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
@@ -147,7 +153,8 @@ class RequestDecisions(PendingRequests):
             }
             if given is not None:  # left out when none: an entry reads as it did before
                 payload["justification"] = given
-            payload.update(self.policy.signature(saga_id, request, approver, given))
+            payload["via"] = via
+            payload.update(self.policy.signature(saga_id, request, approver, given, via))
             try:
                 entry = history.append(
                     self.journal,
@@ -174,8 +181,11 @@ class RequestDecisions(PendingRequests):
         reason: str,
         request_id: str | None,
         keeper: LeaseHolder | None = None,
+        via: str | None = None,
     ) -> SagaHistory:
         """Journal REJECTED and consume the request; return the saga's history after it.
+
+        `via`, the channel the rejection came through ("python" when None), is journaled.
 
         A request whose stored copy was changed can still be rejected: the rejection
         names the journal's AWAITING_APPROVAL entry.
@@ -183,6 +193,7 @@ class RequestDecisions(PendingRequests):
         Raises:
             ApprovalAlreadyUsedError: The approved call started running.
         """
+        channel = checked_via(via)
         for _ in range(_DECISION_RETRIES):
             history = self.history(saga_id)
             if keeper is not None:
@@ -198,7 +209,9 @@ class RequestDecisions(PendingRequests):
             request = journaled_request(saga_id, awaiting)
             check_unused(request, history)
             try:
-                self._append_rejection(history, request, approver=approver, reason=reason)
+                self._append_rejection(
+                    history, request, approver=approver, reason=reason, via=channel
+                )
             except AppendConflictError:
                 continue
             self._close(stored, "rejected")
@@ -232,23 +245,23 @@ class RequestDecisions(PendingRequests):
         reason: str,
         source: str | None = None,
         guarded: bool = True,
+        via: str | None = None,
     ) -> JournalEntry:
         # Guarded, a rejection is appended only if the journal is as it was read: a worker
         # that journals the approved call's INTENT first wins, and the rejection is refused.
+        payload: dict[str, JsonValue] = {"request_id": request.request_id, "approver": approver}
+        if source is not None:
+            payload["source"] = source
+        payload["reason"] = reason
+        if via is not None:  # a framework's own decline names its `source` instead
+            payload["via"] = via
         return history.append(
             self.journal,
             Phase.REJECTED,
             tool_name=request.tool_name,
             call_id=request.call_id,
             ref_seq=request.seq,
-            payload={"request_id": request.request_id, "approver": approver, "reason": reason}
-            if source is None
-            else {
-                "request_id": request.request_id,
-                "approver": approver,
-                "source": source,
-                "reason": reason,
-            },
+            payload=payload,
             expected_seq=history.last_seq if guarded else None,
         )
 

@@ -84,13 +84,16 @@ def signed_bytes(
     request_seq: int,
     justification: str | None = None,
     version: int = 1,
+    via: str | None = None,
 ) -> bytes:
     """The exact bytes an approval's signature covers (RFC 8785 canonical JSON, UTF-8).
 
     Version 1 (an APPROVED payload without `signature_version`) covers the fields below.
     Version 2 (`signature_version: 2`, written for every approval that carries a
     justification) covers them, `justification` (null when none) and `"version": 2`, so
-    an edited justification no longer verifies while old journals still do.
+    an edited justification no longer verifies while old journals still do. Version 3
+    (written for every approval that records its channel) covers version 2's fields and
+    `via`, with `"version": 3`: an approval cannot be moved to another channel.
 
     The request's call, tool and the seq of its AWAITING_APPROVAL are covered too: a
     signature copied onto a request forged later for another call (under the same request
@@ -108,6 +111,8 @@ def signed_bytes(
     if version != 1:
         signed["justification"] = justification
         signed["version"] = version
+    if version >= 3:
+        signed["via"] = via
     return canonical_bytes(signed)
 
 
@@ -187,6 +192,7 @@ class ApprovalPolicy:
         request: ApprovalRequest,
         approver: str,
         justification: str | None = None,
+        via: str | None = None,
     ) -> dict[str, JsonValue]:
         """The `signature` and `key_id` fields of an APPROVED payload; empty when unsigned.
 
@@ -201,7 +207,7 @@ class ApprovalPolicy:
                     "but this Sagacity has no approval_signing_key; nothing was journaled"
                 )
             return {}
-        version = 1 if justification is None else 2
+        version = 3 if via is not None else 1 if justification is None else 2
         data = signed_bytes(
             saga_id,
             request.request_id,
@@ -212,6 +218,7 @@ class ApprovalPolicy:
             request_seq=request.seq,
             justification=justification,
             version=version,
+            via=via,
         )
         signed: dict[str, JsonValue] = {
             "signature": self.signing_key.sign(data),
@@ -241,13 +248,17 @@ class ApprovalPolicy:
         if entry.call_id is None or entry.tool_name is None or entry.ref_seq is None:
             return "it does not name the call, tool and request entry it approves"
         version = payload.get("signature_version", 1)
-        justification = payload.get("justification")
-        if version not in (1, 2) or isinstance(version, bool):
+        justification, via = payload.get("justification"), payload.get("via")
+        if version not in (1, 2, 3) or isinstance(version, bool):
             return f"its signature_version {version!r} is not one this sagacity knows"
         if version == 1 and "justification" in payload:
             return "its justification is not covered by its signature (signature_version 1)"
+        if version in (1, 2) and "via" in payload:
+            return f"its via is not covered by its signature (signature_version {version})"
         if justification is not None and not isinstance(justification, str):
             return "its justification is not text"
+        if via is not None and not isinstance(via, str):
+            return "its via is not text"
         try:
             data = signed_bytes(
                 saga_id,
@@ -259,6 +270,7 @@ class ApprovalPolicy:
                 request_seq=entry.ref_seq,
                 justification=justification,
                 version=int(version),
+                via=via,
             )
         except Exception:  # an unencodable value: no signature can cover it
             return "its fields cannot be encoded"

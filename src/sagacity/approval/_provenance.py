@@ -4,12 +4,15 @@ Each AWAITING_APPROVAL records `initiated_by`: the agent (the adapter that ran t
 the human who started the saga, or plain code. Each APPROVED records the approver's own
 `justification` when they gave one; a tool declared `justification_required=True` has
 its requests record `justification_required`, and an approval without one is refused.
-Both are read back from the journal, never from the request store.
+Both are read back from the journal, never from the request store. Each APPROVED and
+REJECTED records `via`: the channel the decision came through ("python", "cli", "api",
+"inbox", "email", "slack", or an application's own name).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from sagacity._decisions import WORK
 from sagacity._history import SagaHistory, payload_of
@@ -21,8 +24,10 @@ from sagacity.journal import JsonValue
 __all__ = [
     "AGENT_ADAPTERS",
     "MAX_JUSTIFICATION",
+    "PYTHON_VIA",
     "check_justification_required",
     "checked_justification",
+    "checked_via",
     "initiator",
     "with_provenance",
 ]
@@ -32,6 +37,30 @@ AGENT_ADAPTERS = frozenset({"adk", "crewai", "langgraph", "openai_agents", "pyda
 
 MAX_JUSTIFICATION = 2000
 """The longest justification accepted, in characters: a reason, not a document."""
+
+
+PYTHON_VIA = "python"
+"""The channel of a decision made by calling `Sagacity.approve` or `reject` in Python."""
+
+_VIA = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def checked_via(via: object) -> str:
+    """The channel to journal with a decision: `via`, or "python" when None.
+
+    Raises:
+        ValueError: It is not a short lowercase name (`^[a-z][a-z0-9_-]{0,31}$`); nothing
+            is journaled.
+    """
+    if via is None:
+        return PYTHON_VIA
+    if not isinstance(via, str) or _VIA.fullmatch(via) is None:
+        shown = via if not isinstance(via, str) else via[:40] + ("…" if len(via) > 40 else "")
+        raise ValueError(
+            f"via must name the channel of the decision as a short lowercase name "
+            f"(^[a-z][a-z0-9_-]{{0,31}}$, such as 'cli' or 'slack'), not {shown!r}"
+        )
+    return via
 
 
 def initiator(resumer: str | None, started_by: str | None) -> dict[str, JsonValue]:

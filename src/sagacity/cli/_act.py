@@ -79,6 +79,7 @@ def approve(args: argparse.Namespace) -> int:
             request_id=request.request_id,
             expected_sha256=expected,
             justification=args.justification,
+            via="cli",
         )
     sys.stdout.write(
         f"saga {args.saga!r}: APPROVED at seq {entry.seq} by {approver}\n"
@@ -180,7 +181,7 @@ def reject(args: argparse.Namespace) -> int:
         require_saga(sagacity, args.saga)
         sagacity.wrap(*sources)
         result = sagacity.reject(
-            args.saga, approver=approver, reason=reason, request_id=args.request_id
+            args.saga, approver=approver, reason=reason, request_id=args.request_id, via="cli"
         )
     return _outcome(result, args, rejected=True)
 

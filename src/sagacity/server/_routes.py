@@ -204,6 +204,7 @@ def api_router(
             request_id=request_id,
             expected_sha256=body.sha256,
             justification=body.justification,
+            via="api",
         )
         now = next(
             (r for r in sagacity.pending(request.saga_id) if r.request_id == request_id), None
@@ -223,7 +224,11 @@ def api_router(
         """Reject the request: journaled as the principal, the saga is compensated."""
         request = _request(sagacity, request_id)
         result = sagacity.reject(
-            request.saga_id, approver=principal.name, reason=body.reason, request_id=request_id
+            request.saga_id,
+            approver=principal.name,
+            reason=body.reason,
+            request_id=request_id,
+            via="api",
         )
         return SagaResultModel.of(result)
 

@@ -87,6 +87,7 @@ def _decisions(router: APIRouter, site: InboxSite) -> None:
             request_id=request_id,
             expected_sha256=sha256,
             justification=justification,
+            via=session.channel_of(request_id),
         )
         session.flash.append(f"Approved by {name}: sha256 {sha256[:12]}…")
         return request_path(request_id)
@@ -97,7 +98,11 @@ def _decisions(router: APIRouter, site: InboxSite) -> None:
         reason = form_field(form, "reason").strip()
         saga_id = _saga_of_request(sagacity, request_id)
         result = sagacity.reject(
-            saga_id, approver=session.principal.name, reason=reason, request_id=request_id
+            saga_id,
+            approver=session.principal.name,
+            reason=reason,
+            request_id=request_id,
+            via=session.channel_of(request_id),
         )
         if _report_walk(session, result):
             session.flash.append(f"Rejected by {session.principal.name}.")

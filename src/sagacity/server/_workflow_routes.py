@@ -243,7 +243,7 @@ def workflow_router(
         """
 
         def approve(each: WorkflowRuntime) -> WorkflowHandle:
-            handle = each.approve_gate(run_id, stage, principal.name, sha256=body.sha256)
+            handle = each.approve_gate(run_id, stage, principal.name, sha256=body.sha256, via="api")
             if OPERATOR not in principal.roles or handle.gate is None:
                 return handle
             if handle.gate.state != "approved":  # more approvers needed
@@ -264,7 +264,9 @@ def workflow_router(
             for_run(
                 request,
                 run_id,
-                lambda each: each.reject_gate(run_id, stage, principal.name, body.reason),
+                lambda each: each.reject_gate(
+                    run_id, stage, principal.name, body.reason, via="api"
+                ),
             )
         )
 

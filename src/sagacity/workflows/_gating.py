@@ -43,7 +43,13 @@ class WorkflowGates(WorkflowRuns):
     # -- deciding ---------------------------------------------------------------------------
 
     def approve_gate(
-        self, run_id: str, stage: str, approver: str, *, sha256: str | None = None
+        self,
+        run_id: str,
+        stage: str,
+        approver: str,
+        *,
+        sha256: str | None = None,
+        via: str | None = None,
     ) -> WorkflowHandle:
         """Journal `approver`'s approval of the value waiting at `stage`'s gate.
 
@@ -56,6 +62,7 @@ class WorkflowGates(WorkflowRuns):
             approver: Who approves; recorded in the chain.
             sha256: The hash the approver was shown (`GateRequest.input_sha256`);
                 refused if the gate now waits for another value.
+            via: The channel the decision came through (see `Sagacity.approve`).
 
         Raises:
             ApprovalNotFoundError: No gate waits at that stage.
@@ -73,12 +80,20 @@ class WorkflowGates(WorkflowRuns):
                 "run was failed and compensated"
             )
         self.sagacity.approve(
-            run_id, approver=approver, request_id=request.request_id, expected_sha256=sha256
+            run_id,
+            approver=approver,
+            request_id=request.request_id,
+            expected_sha256=sha256,
+            via=via,
         )
         return self.get(run_id)
 
-    def reject_gate(self, run_id: str, stage: str, approver: str, reason: str) -> WorkflowHandle:
+    def reject_gate(
+        self, run_id: str, stage: str, approver: str, reason: str, *, via: str | None = None
+    ) -> WorkflowHandle:
         """Journal a rejection at `stage`'s gate: the run fails and compensates.
+
+        `via` is the channel the decision came through (see `Sagacity.approve`).
 
         Raises:
             ApprovalNotFoundError: No gate waits at that stage.
@@ -86,7 +101,7 @@ class WorkflowGates(WorkflowRuns):
         require_name(approver, "approver")
         _, _, request = self._waiting(run_id, stage)
         self.sagacity.reject(
-            run_id, approver=approver, reason=reason, request_id=request.request_id
+            run_id, approver=approver, reason=reason, request_id=request.request_id, via=via
         )
         return self.get(run_id)
 
@@ -115,10 +130,10 @@ class WorkflowGates(WorkflowRuns):
         return await asyncio.to_thread(self.expire_gates)
 
     async def areject_gate(
-        self, run_id: str, stage: str, approver: str, reason: str
+        self, run_id: str, stage: str, approver: str, reason: str, *, via: str | None = None
     ) -> WorkflowHandle:
         """`reject_gate` from async code, off the event loop."""
-        return await asyncio.to_thread(self.reject_gate, run_id, stage, approver, reason)
+        return await asyncio.to_thread(self.reject_gate, run_id, stage, approver, reason, via=via)
 
     # -- internals --------------------------------------------------------------------------
 
