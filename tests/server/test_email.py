@@ -20,7 +20,7 @@ import pytest
 import rfc8785
 from fastapi.testclient import TestClient
 
-from sagacity import Phase, Reversibility, Sagacity, compensable
+from sagacity import Escalator, Phase, Reversibility, Sagacity, compensable
 from sagacity.approval import InMemoryApprovalStore
 from sagacity.server import create_app
 from sagacity.server._email import EmailNotifier, SmtpSettings
@@ -251,6 +251,45 @@ class TestTheMessage:
         assert again.message["Subject"] == "Reminder: approval still needed: wire in saga order-2"
         assert again.message["X-Sagacity-Event"] == "approval.reminder"
         assert link_of(again) != link_of(first)
+
+    def test_the_escalators_reminder_is_mailed_at_the_warning_time(
+        self, mail: tuple[Inbox, int], links: ApprovalLinks, clock: FakeClock
+    ) -> None:
+        """`remind` as `on_approval_reminder`: the sweep at the warning time mails it."""
+        inbox, port = mail
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE, remind_before=600)
+        def refund(amount: str) -> str:
+            """Refund a customer."""
+            return "refunded"
+
+        with EmailNotifier(
+            SmtpSettings(host="127.0.0.1", port=port, security="none"),
+            sender="sagacity@bank.example",
+            links=links,
+            default_recipients=["ops@bank.example"],
+        ) as sender:
+            instance = Sagacity.from_url(
+                "memory://",
+                on_approval_request=sender,
+                on_approval_reminder=sender.remind,
+                approval_ttl=3600,
+                clock=clock,
+            )
+            (tool,) = instance.wrap(refund)
+            instance.saga("refund-1", lambda: tool(amount="40.00"))
+            assert inbox.next().message["X-Sagacity-Event"] == "approval.requested"
+            clock.advance(minutes=49)
+            assert Escalator(instance).sweep() == []
+            clock.advance(minutes=2)
+            assert [a.action for a in Escalator(instance).sweep()] == ["reminded"]
+            reminder = inbox.next()
+        assert reminder.message["X-Sagacity-Event"] == "approval.reminder"
+        assert reminder.message["Subject"] == (
+            "Reminder: approval still needed: refund in saga refund-1"
+        )
+        assert "Expires:    2026-01-01T01:00:00Z" in reminder.text()
+        assert "until 2026-01-01T01:00:00Z" in reminder.text()  # the link ends with it
 
 
 class TestSmtp:

@@ -20,10 +20,11 @@ import pytest
 import rfc8785
 from fastapi.testclient import TestClient
 
-from sagacity import Phase, Reversibility, Sagacity, compensable
+from sagacity import Escalator, Phase, Reversibility, Sagacity, compensable
 from sagacity.audit._keys import PrivateKey, generate_key
 from sagacity.server import Principal, create_app
 from sagacity.server._slack import SlackInteractions, SlackNotifier, slack_signature
+from sagacity.testing import FakeClock
 from tests.server._bank import Bank, start_wire, token_auth
 from tests.server._slack_api import ApiCall, SlackApi, slack_api
 
@@ -231,6 +232,35 @@ class TestTheMessage:
         again = api.next()
         assert again.body["blocks"][0]["text"]["text"] == "Reminder: approval still needed: wire"
         assert button(again, "sagacity_approve") == button(first, "sagacity_approve")
+
+    def test_the_escalators_reminder_is_posted_at_the_warning_time(
+        self, api: SlackApi, notifier: SlackNotifier
+    ) -> None:
+        """`remind` as `on_approval_reminder`: the sweep at the warning time posts it."""
+        clock = FakeClock()
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE, remind_before=600)
+        def refund(amount: str) -> str:
+            """Refund a customer."""
+            return "refunded"
+
+        instance = Sagacity.from_url(
+            "memory://",
+            on_approval_request=notifier,
+            on_approval_reminder=notifier.remind,
+            approval_ttl=3600,
+            clock=clock,
+        )
+        (tool,) = instance.wrap(refund)
+        instance.saga("refund-1", lambda: tool(amount="40.00"))
+        assert api.next().body["blocks"][0]["text"]["text"] == "Approval needed: refund"
+        clock.advance(minutes=51)
+        assert [a.action for a in Escalator(instance).sweep()] == ["reminded"]
+        reminder = api.next()
+        assert reminder.method == "chat.postMessage"
+        assert reminder.body["blocks"][0]["text"]["text"] == (
+            "Reminder: approval still needed: refund"
+        )
 
 
 class TestClicks:
