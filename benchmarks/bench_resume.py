@@ -5,9 +5,14 @@ once.
 
 - Latency: 200 sagas wait for approval; one `sagacity worker` process waits; each saga is
   approved in turn from this process, and the time from `approve` returning (the APPROVED
-  committed) to the tool starting in the worker is taken (p50, p99, max). On PostgreSQL
-  the worker LISTENs (a NOTIFY from the journal's trigger wakes it); on SQLite it polls
-  at its default interval (0.2 s).
+  committed) to the tool starting in the worker is taken (p50, p99, max). The worker
+  tells this process, by a datagram, when the tool starts and when it waits again; the
+  next saga is approved only once it waits, so that no decision lands on a worker still
+  finishing the one before. On PostgreSQL the worker LISTENs (a NOTIFY from the
+  journal's trigger wakes it); on SQLite it polls at its default interval (0.2 s). The
+  way is also shown in stages (p50 and p99 of each, and of its call alone): the watch
+  woken, the saga handed to the worker loop, each journal and approval-store call, the
+  tool starting (see `_resume_app`).
 - Throughput: 500 sagas approved at once, then 1 and 8 worker processes resume them;
   each wire must run exactly once. Reported: resumes per second, and 8 against 1.
 
@@ -19,6 +24,7 @@ each run in a schema of its own, dropped afterwards. `SAGACITY_BENCH_DECISIONS` 
 from __future__ import annotations
 
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -35,20 +41,21 @@ DECISIONS = int(os.environ.get("SAGACITY_BENCH_DECISIONS", "200"))
 BATCH = int(os.environ.get("SAGACITY_BENCH_BATCH", "500"))
 
 
-def _env(url: str, starts: Path) -> dict[str, str]:
+def _env(url: str, starts: Path, **more: str) -> dict[str, str]:
     return {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "SAGACITY_BENCH_URL": url,
         "SAGACITY_BENCH_STARTS": str(starts),
+        **more,
     }
 
 
-def _worker(url: str, starts: Path) -> subprocess.Popen[str]:
+def _worker(url: str, starts: Path, **more: str) -> subprocess.Popen[str]:
     child = subprocess.Popen(
         [sys.executable, "-m", "sagacity.cli", "worker", "--app", "benchmarks._resume_app:worker"],
         cwd=ROOT,
-        env=_env(url, starts),
+        env=_env(url, starts, **more),
         stdout=subprocess.PIPE,
         stderr=None if os.environ.get("SAGACITY_BENCH_VERBOSE") else subprocess.DEVNULL,
         text=True,
@@ -95,31 +102,141 @@ def _lines(starts: Path) -> int:
     return len(starts.read_text(encoding="utf-8").splitlines()) if starts.exists() else 0
 
 
+class _Signals:
+    """The datagrams the worker sends (`start <saga> <time>`, `waiting`), waited on."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = str(folder / "signals.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+
+    def next(self, deadline: float, label: str) -> str:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RuntimeError(f"{label}: the worker said nothing in time")
+        self.sock.settimeout(left)
+        try:
+            return self.sock.recv(4096).decode()
+        except TimeoutError:
+            raise RuntimeError(f"{label}: the worker said nothing in time") from None
+
+    def started(self, saga: str, deadline: float, label: str) -> float:
+        while True:
+            kind, _, rest = self.next(deadline, label).partition(" ")
+            if kind == "start":
+                name, _, at = rest.rpartition(" ")
+                if name == saga:
+                    return float(at)
+
+    def waiting(self, deadline: float, label: str) -> None:
+        while self.next(deadline, label) != "waiting":
+            pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return statistics.median(ordered), p99, ordered[-1]
+
+
 def latency(url: str, folder: Path, label: str) -> None:
-    starts = folder / f"starts-{label.split()[0]}.txt"
+    name = label.split()[0]
+    starts = folder / f"starts-{name}.txt"
+    stages = folder / f"stages-{name}.txt"
     sagas = _pause(url, starts, DECISIONS, "lat")
-    worker = _worker(url, starts)
+    signals = _Signals(folder)
+    worker = _worker(
+        url, starts, SAGACITY_BENCH_SIGNAL=signals.path, SAGACITY_BENCH_STAGES=str(stages)
+    )
+    committed: dict[str, float] = {}
     waits: list[float] = []
     try:
         with Sagacity.from_url(url) as decider:
-            time.sleep(1.0)  # let the worker settle into waiting
+            signals.waiting(time.monotonic() + 30, label)  # the worker is waiting
             for saga in sagas:
                 decider.approve(saga, approver="bench")
-                committed = time.time()
+                committed[saga] = time.time()
                 deadline = time.monotonic() + 30
-                while saga not in (seen := _started(starts)):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{label}: saga {saga} not resumed in 30 s")
-                    time.sleep(0.0005)
-                waits.append((seen[saga] - committed) * 1000)
+                started = signals.started(saga, deadline, f"{label}: saga {saga}")
+                waits.append((started - committed[saga]) * 1000)
+                # The next decision lands on a waiting worker, not one finishing this saga.
+                signals.waiting(deadline, f"{label}: saga {saga}")
     finally:
         _stop([worker])
-    waits.sort()
-    p99 = waits[min(len(waits) - 1, int(len(waits) * 0.99))]
+        signals.close()
+    p50, p99, most = _percentiles(waits)
     print(
-        f"{label:<28} {len(waits):>4} decisions  p50 {statistics.median(waits):7.1f} ms  "
-        f"p99 {p99:7.1f} ms  max {waits[-1]:7.1f} ms"
+        f"{label:<28} {len(waits):>4} decisions  p50 {p50:7.1f} ms  "
+        f"p99 {p99:7.1f} ms  max {most:7.1f} ms"
     )
+    _print_stages(_stages(stages, committed))
+
+
+Stage = tuple[list[float], list[float]]
+"""A stage's durations, and those of its call alone (empty when it makes none), in ms."""
+
+
+def _stages(path: Path, committed: dict[str, float]) -> dict[str, Stage]:
+    """Each saga's way from the APPROVED commit to the tool, in stages (milliseconds).
+
+    A stage ends where a traced call returns: `watch.wait<` is the watch woken by the
+    decision, `worker.resume>` the saga handed to the worker, each `journal.*<` and
+    `approvals.*<` a call returning (the work before it, and the call itself), the last
+    stage the tool starting. Calls made more than once are numbered.
+    """
+    notes = [line.split(" ") for line in path.read_text(encoding="utf-8").splitlines()]
+    found: dict[str, Stage] = {}
+    for saga, at in committed.items():
+        begin = next(
+            (i for i, note in enumerate(notes) if note[:2] == ["worker.resume>", saga]),
+            None,
+        )
+        if begin is None:
+            continue
+        woke = max((i for i in range(begin) if notes[i][0] == "watch.wait<"), default=begin)
+        end = next(i for i in range(begin, len(notes)) if notes[i][0] == "tool.start")
+        last, called = at, at
+        seen: dict[str, int] = {}
+        for stage, _, stamp in [notes[woke], *notes[begin : end + 1]]:
+            when = float(stamp)
+            if stage.endswith(">") and stage != "worker.resume>":
+                called = when
+                continue
+            seen[stage] = seen.get(stage, 0) + 1
+            key = stage if seen[stage] == 1 else f"{stage} #{seen[stage]}"
+            total, call = found.setdefault(key, ([], []))
+            total.append((when - last) * 1000)
+            if stage.endswith("<") and stage != "watch.wait<":
+                call.append((when - called) * 1000)
+            last = when
+    return found
+
+
+_NAMES = {
+    "watch.wait<": "NOTIFY delivered, the watch woken",
+    "worker.resume>": "handed to the worker loop",
+    "journal.entries<": "the saga read (the decision)",
+    "journal.acquire_lease<": "the saga's lease taken",
+    "journal.entries< #2": "the saga read under the lease",
+    "journal.entries< #3": "the saga read by the approval check",
+    "approvals.get<": "the stored request read",
+    "journal.append<": "INTENT journaled",
+    "tool.start": "the tool starting",
+}
+
+
+def _print_stages(stages: dict[str, Stage]) -> None:
+    print(f"    {'stage (its call alone)':<40} {'p50':>9} {'p99':>9}   {'call p50':>9} {'p99':>9}")
+    for key, (total, call) in stages.items():
+        p50, p99, _ = _percentiles(total)
+        line = f"    {_NAMES.get(key, key):<40} {p50:6.2f} ms {p99:6.2f} ms"
+        if call:
+            c50, c99, _ = _percentiles(call)
+            line += f"   ({c50:6.2f} ms {c99:6.2f} ms)"
+        print(line)
 
 
 def throughput(url: str, folder: Path, label: str, workers: int) -> float:
