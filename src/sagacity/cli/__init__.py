@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from sagacity.cli import _act, _evidence, _pending, _read, _run, _worker
+from sagacity.cli import _act, _evidence, _grants, _pending, _read, _run, _worker
 from sagacity.cli._common import (
     EXIT_BROKEN_PIPE,
     EXIT_DATABASE,
@@ -226,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the Ed25519 private key (PEM) that signs the approvals made in the server; "
         "default: SAGACITY_APPROVAL_KEY",
     )
+    _grants.add_grant_commands(command)
     _worker.add_worker_command(commands)
     return parser
 
@@ -277,6 +278,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "show": _read.show,
     "verify": _read.verify_command,
     "worker": _worker.worker,
+    **_grants.COMMANDS,
 }
 
 
