@@ -148,11 +148,12 @@ class ApprovalRequest:
         return shown
 
     def provenance_json(self) -> dict[str, JsonValue]:
-        """`to_json` with `initiated_by` and `justification_required`: for approvers' views."""
+        """`to_json` with provenance and escalation (`escalation_json`): for approvers' views."""
         return {
             **self.to_json(),
             "initiated_by": self.initiated_by,
             "justification_required": self.justification_required,
+            **self.escalation_json(),
         }
 
     def expired(self, now: datetime.datetime) -> bool:

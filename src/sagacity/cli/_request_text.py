@@ -25,6 +25,7 @@ __all__ = [
     "RequestView",
     "decision_lines",
     "edit_lines",
+    "escalation_lines",
     "expiry_text",
     "initiator_text",
     "input_line",
@@ -73,7 +74,7 @@ def request_views(sagacity: Sagacity, requests: Sequence[ApprovalRequest]) -> li
         views.append(
             RequestView(
                 request=request,
-                expires_at=gate_deadline(journal, request) if journal else request.expires_at,
+                expires_at=gate_deadline(journal, request) if journal else request.deadline,
                 edits=tuple(edits_of(journal, request)) if request.edited_by else (),
             )
         )
@@ -131,6 +132,11 @@ def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int])
             initiated = payload.get("initiated_by")
             by = initiator_text(initiated) if isinstance(initiated, dict) else "not recorded"
             lines.append(f"seq {entry.seq} asked for {visible(str(entry.tool_name))}, by {by}")
+        elif entry.phase is Phase.REMINDED:
+            lines.append(f"seq {entry.seq} reminded of the expiry at {payload.get('expires_at')}")
+        elif entry.phase is Phase.ESCALATED:
+            group, until = visible(str(payload.get("group"))), payload.get("expires_at")
+            lines.append(f"seq {entry.seq} escalated to {group} until {until}")
         elif entry.phase is Phase.APPROVED and entry.seq in not_counted:
             lines.append(f"seq {entry.seq} an approval that does not count (unsigned)")
         elif entry.phase in (Phase.APPROVED, Phase.REJECTED):
@@ -140,6 +146,27 @@ def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int])
             if isinstance(why, str):
                 line += f": {visible(why)}"
             lines.append(line)
+    return lines
+
+
+def escalation_lines(request: ApprovalRequest, now: datetime.datetime, label: int) -> list[str]:
+    """Its reminder, where it escalates, and its escalation: who may approve it now."""
+    lines = []
+    if request.warn_at is not None:
+        lines.append(
+            "reminder".ljust(label)
+            + expiry_text(request.warn_at, now).replace("(expired)", "(due)")
+        )
+    escalation = request.escalation
+    if escalation is not None:
+        members = ", ".join(visible(m) for m in escalation.members)
+        lines.append(
+            "escalated".ljust(label)
+            + f"to {visible(escalation.group)} ({members}) at {escalation.escalated_at.isoformat()}"
+            + f" (seq {escalation.seq}): only their approvals count"
+        )
+    elif request.escalate_to is not None:
+        lines.append("at expiry".ljust(label) + f"escalates to {visible(request.escalate_to)}")
     return lines
 
 
@@ -184,6 +211,7 @@ def request_block(view: RequestView, now: datetime.datetime) -> list[str]:
     field("state", state_text(request))
     field("asked", f"{request.requested_at.isoformat()} ({age(request.requested_at, now)} ago)")
     field("expires", expiry_text(view.expires_at, now))
+    lines.extend(f"  {line}" for line in escalation_lines(request, now, label))
     if request.started_by is not None:
         field("started", f"by {visible(request.started_by)}")
     if request.initiated_by is not None:

@@ -25,8 +25,10 @@ from sagacity.server._auth import Authenticator, TokenAuth, bind
 from sagacity.server._body import BodyLimit, max_body_bytes_of
 from sagacity.server._errors import error_response
 from sagacity.server._events import events_router
+from sagacity.server._grant_routes import grant_router
 from sagacity.server._route import authenticated_route
 from sagacity.server._routes import api_router
+from sagacity.server._sweeping import Sweeping
 from sagacity.server._workflow_routes import workflow_router
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ def router(
     top.include_router(
         workflow_router(route_class=authenticated_route(sagacity, authenticator, limit))
     )
+    top.include_router(grant_router(authenticated_route(sagacity, authenticator, limit)))
     if ui:
         from sagacity.server._ui import ui_router
 
@@ -122,6 +125,7 @@ def create_app(
     ui: bool | Mapping[str, Any] = True,
     max_body_bytes: int | None = None,
     slack: SlackInteractions | None = None,
+    sweep_interval: float | None = None,
 ) -> FastAPI:
     """A FastAPI app serving `router()`.
 
@@ -137,7 +141,12 @@ def create_app(
         max_body_bytes: See `router`; the app holds every route to it (the inbox's
             forms too).
         slack: See `router`.
+        sweep_interval: Seconds between the app's sweeps of due reminders, escalations
+            and denials (`sagacity.Escalator`), on a background thread while the app
+            runs; None: no sweep here (a worker or the application runs it).
     """
+    if sweep_interval is not None and not sweep_interval > 0:
+        raise ConfigurationError(f"sweep_interval must be positive, not {sweep_interval}")
     owned = not isinstance(sagacity_or_url, Sagacity)
     if isinstance(sagacity_or_url, Sagacity):
         sagacity = sagacity_or_url
@@ -146,9 +155,12 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sweeping = None if sweep_interval is None else Sweeping(sagacity, sweep_interval)
         try:
             yield
         finally:
+            if sweeping is not None:
+                sweeping.stop()
             if owned:
                 sagacity.close()
 
@@ -196,6 +208,7 @@ def serve(
     require_signed_approvals: bool = False,
     create: bool = False,
     tools: Iterable[object] = (),
+    sweep_interval: float = 30.0,
 ) -> None:
     """Run `create_app` with uvicorn until interrupted (`sagacity serve`).
 
@@ -217,6 +230,8 @@ def serve(
         tools: Objects or functions to wrap (as `Sagacity.wrap` takes them): the server
             then runs their compensations when a saga is rejected or compensated, and
             resumes their approved calls.
+        sweep_interval: Seconds between sweeps of due reminders, escalations and
+            denials, in the background (see `create_app`).
 
     Raises:
         DatabaseNotFoundError: `create` is False and the database does not exist or holds
@@ -249,7 +264,7 @@ def serve(
         raise
     try:
         sagacity.wrap(*tools)
-        app = create_app(sagacity, tokens=tokens)
+        app = create_app(sagacity, tokens=tokens, sweep_interval=sweep_interval)
         uvicorn.run(app, host=host, port=port)
     finally:
         sagacity.close()

@@ -110,6 +110,21 @@ class ApprovalModel(_Model):
     """Why the approver approved, in their words; null when they gave none."""
 
 
+class EscalationModel(_Model):
+    """A request's escalation to a second group of approvers, as its ESCALATED records it."""
+
+    group: str
+    members: list[str]
+    """Only their approvals, journaled after the escalation, count."""
+    seq: int
+    """The seq of the ESCALATED entry."""
+    escalated_at: str
+    expires_at: str | None
+    """When the group's time runs out and the request is denied."""
+    remind_at: str | None
+    """When the group is reminded; null for no reminder."""
+
+
 class ApprovalRequestModel(_Model):
     """An IRREVERSIBLE call waiting for approval of its exact input."""
 
@@ -138,6 +153,12 @@ class ApprovalRequestModel(_Model):
     {"by": "code", "via"}; null for a request journaled before it was recorded."""
     justification_required: bool = False
     """Every approval must give a justification."""
+    remind_at: str | None = None
+    """When a reminder goes out before expires_at; null for none."""
+    escalate_to: str | None = None
+    """The approver group the request escalates to at expiry; null: it is denied then."""
+    escalation: EscalationModel | None = None
+    """Its escalation once it expired (the group, its members, the new expiry); null before."""
 
     @classmethod
     def of(cls, request: ApprovalRequest) -> ApprovalRequestModel:

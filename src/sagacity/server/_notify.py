@@ -17,6 +17,10 @@ the journal wherever it was made (`Decision.to_json()`; event `approval.approved
 `msg_<request id>.<outcome>`, the same from every process that announces it, so a
 receiver that refuses a replayed id gets each decision once).
 
+`remind` is an `on_approval_reminder` hook: it delivers a request at its warning time
+(event `approval.reminder`, webhook-id `msg_<request id>.reminder.<Unix seconds of the
+expiry it warns of>`), with where it escalates and its escalation if it has one.
+
 The secret is the spec's `whsec_` and the base64 of the key, so any Standard Webhooks
 library verifies a delivery; the timestamp lets a receiver refuse an old one, and the
 id a replayed one.
@@ -175,6 +179,37 @@ class WebhookNotifier(Outbox[_Delivery]):
         except Exception:  # a hook must never fail the call that asked for approval
             self._failed()
             _log.exception("webhook: cannot queue request %s", request.request_id)
+
+    def remind(self, request: ApprovalRequest) -> None:
+        """Queue the reminder of `request` (event `approval.reminder`) and return; never raises.
+
+        An `on_approval_reminder` hook: `Sagacity(on_approval_reminder=notifier.remind)`.
+        The body is the request's JSON with `remind_at`, `escalate_to`, `escalation` and
+        the `deadline` it warns of; the webhook-id names the request and that deadline,
+        the same on every retry and from every process, so a receiver that refuses a
+        replayed id gets each reminder once.
+        """
+        try:
+            deadline = request.deadline
+            when = "never" if deadline is None else str(int(deadline.timestamp()))
+            body = {
+                **request.to_json(),
+                **request.escalation_json(),
+                "deadline": None if deadline is None else deadline.isoformat(),
+            }
+            self._queued(
+                _Delivery(
+                    webhook_id=f"msg_{request.request_id}.reminder.{when}",
+                    saga_id=request.saga_id,
+                    request_id=request.request_id,
+                    tool_name=request.tool_name,
+                    body=orjson.dumps(body),
+                    event="approval.reminder",
+                )
+            )
+        except Exception:  # a hook must never fail the sweep that reminded
+            self._failed()
+            _log.exception("webhook: cannot queue the reminder of request %s", request.request_id)
 
     def decided(self, decision: Decision) -> None:
         """Queue `decision` for delivery and return at once; never raises."""

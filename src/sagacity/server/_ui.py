@@ -34,6 +34,7 @@ from sagacity.errors import SagacityError
 from sagacity.server._auth import APPROVER, OPERATOR, sagacity_of
 from sagacity.server._ui_actions import add_actions
 from sagacity.server._ui_events import add_events
+from sagacity.server._ui_grants import add_grants
 from sagacity.server._ui_http import (
     InboxSite,
     Refusal,
@@ -48,6 +49,7 @@ from sagacity.server._ui_inbox import (
     hash_matches,
     inbox_items,
     inbox_version,
+    not_in_group,
     pretty_json,
     saga_path,
     started_by,
@@ -123,6 +125,7 @@ def ui_router(
     router = APIRouter(prefix=prefix, include_in_schema=False)
     _pages(router, inbox)
     add_actions(router, inbox)
+    add_grants(router, inbox)
     if links is not None:
         from sagacity.server._links import add_links
 
@@ -169,6 +172,9 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
                 "glance": glance(item.input),
                 "more": isinstance(item.input, dict) and len(item.input) > GLANCE_FIELDS,
                 "asked_by": item.started_by,
+                "reminder": None if item.warn_at is None else expiry(item.warn_at, now),
+                "escalate_to": item.escalate_to,
+                "escalation": None if item.escalation is None else item.escalation.to_json(),
             }
             for item in items
         ]
@@ -225,6 +231,8 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             blocked = "You approved this request already."
         elif len(pending.approvals) >= approvers_required(pending):
             blocked = "This request has all the approvals it needs."
+        elif (outside := not_in_group(pending, principal.name)) is not None:
+            blocked = outside
         fully = pending.state == "approved" and len(pending.approvals) >= approvers_required(
             pending
         )
@@ -264,6 +272,7 @@ def _pages(router: APIRouter, inbox: InboxSite) -> None:
             age=age(pending.requested_at, now),
             requested_at=pending.requested_at.isoformat(),
             expiry=expiry(deadline, now),
+            reminder=None if pending.warn_at is None else expiry(pending.warn_at, now),
             expires_at=deadline.isoformat() if deadline else None,
             edits=[edit_view(edit) for edit in (item.edits if item is not None else ())],
             approvers_required=approvers_required(pending),

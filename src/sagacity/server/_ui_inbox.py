@@ -16,10 +16,11 @@ from urllib.parse import quote
 
 from sagacity._history import SagaHistory
 from sagacity._request_view import InputEdit, edits_of, gate_deadline
-from sagacity._unicode import escape_for_display
+from sagacity._unicode import escape_for_display, principal_key
 from sagacity.adapter import payload_of
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._edit import started_workflow
+from sagacity.approval._escalation import Escalation
 from sagacity.approval._policy import ApprovalPolicy
 from sagacity.audit._approvals import NOT_COUNTED, unsigned_approvals
 from sagacity.errors import SagaNotFoundError
@@ -83,6 +84,12 @@ class InboxItem:
     """The input it would run with (for the queue's glance at its first fields)."""
     started_by: str | None = None
     """Who started its saga, as the journal records it: who asked."""
+    warn_at: datetime.datetime | None = None
+    """When its next reminder is due (`compensable(remind_before=)`); None for none."""
+    escalate_to: str | None = None
+    """The approver group it escalates to at expiry; None: it is denied then."""
+    escalation: Escalation | None = None
+    """Its escalation once it expired: the group whose members alone approve it now."""
 
 
 def approvers_required(request: ApprovalRequest) -> int:
@@ -93,6 +100,17 @@ def approvers_required(request: ApprovalRequest) -> int:
 def started_by(request: ApprovalRequest) -> str | None:
     """Who started the request's saga, as the journal records it; None if nobody said."""
     return request.started_by
+
+
+def not_in_group(request: ApprovalRequest, name: str) -> str | None:
+    """Why `name` cannot approve a request escalated to a group they are not in; else None."""
+    escalation = request.escalation
+    if escalation is None or principal_key(name) in {principal_key(m) for m in escalation.members}:
+        return None
+    return (
+        f"This request escalated to the group {escalation.group}: only its members "
+        f"({', '.join(escalation.members)}) may approve it now."
+    )
 
 
 def request_path(request_id: str) -> str:
@@ -133,6 +151,9 @@ def inbox_items(sagacity: Sagacity, saga_id: str | None = None) -> list[InboxIte
                 edits=edits,
                 input=request.input,
                 started_by=request.started_by,
+                warn_at=request.warn_at,
+                escalate_to=request.escalate_to,
+                escalation=request.escalation,
             )
         )
     items.sort(key=lambda item: (item.requested_at, item.item_id))
@@ -150,13 +171,13 @@ def _review(
     Only an edited request or a gate needs its saga's journal; each is read once.
     """
     if request.edited_by is None and workflow is None:
-        return request.expires_at, ()
+        return request.deadline, ()
     if request.saga_id not in journals:
         journals[request.saga_id] = sagacity.history(request.saga_id)
     entries = journals[request.saga_id]
     edits = tuple(edits_of(entries, request)) if request.edited_by is not None else ()
     if workflow is None:
-        return request.expires_at, edits
+        return request.deadline, edits
     # The runtime that serves the workflow expires the gate by its declared timeout: its
     # deadline is the one that holds. Without it, the timeout the run's start journaled.
     for runtime in runtimes_of(sagacity):
