@@ -124,6 +124,25 @@ class StandingGrant:
         left = _decimal(self.max_amount) - decimal.Decimal(self.used_amount)
         return _text(max(left, decimal.Decimal(0)))
 
+    def describe(self) -> str:
+        """The constraints in one line: `payee in ["ACME"], 0 <= amount <= 500`."""
+        parts = []
+        for field, constraint in self.match.items():
+            if "equals" in constraint:
+                parts.append(f"{field} = {canonical_bytes(constraint['equals']).decode()}")
+            elif "one_of" in constraint:
+                parts.append(f"{field} in {canonical_bytes(constraint['one_of']).decode()}")
+            else:
+                low, high = constraint.get("min"), constraint.get("max")
+                parts.append(
+                    (f"{low} <= " if low is not None else "")
+                    + field
+                    + (f" <= {high}" if high is not None else "")
+                )
+        if self.started_by is not None:
+            parts.append(f"sagas of {self.started_by}")
+        return ", ".join(parts) or "any call"
+
     def to_json(self) -> dict[str, JsonValue]:
         """The grant as the CLI, the REST API and the inbox show it."""
         shown: dict[str, JsonValue] = {

@@ -212,7 +212,7 @@ def grants(args: argparse.Namespace) -> int:
                 "-" if g.max_amount is None else f"{g.remaining_amount} of {g.max_amount}",
                 g.expires_at,
                 g.grantor,
-                describe_match(g),
+                g.describe(),
             ]
             for g in found
         ],
@@ -221,31 +221,11 @@ def grants(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def describe_match(grant: StandingGrant) -> str:
-    """The grant's constraints in one line: `payee in ["ACME"], 0 <= amount <= 500`."""
-    parts = []
-    for field, constraint in grant.match.items():
-        if "equals" in constraint:
-            parts.append(f"{field} = {orjson.dumps(constraint['equals']).decode()}")
-        elif "one_of" in constraint:
-            parts.append(f"{field} in {orjson.dumps(constraint['one_of']).decode()}")
-        else:
-            low, high = constraint.get("min"), constraint.get("max")
-            parts.append(
-                (f"{low} <= " if low is not None else "")
-                + field
-                + (f" <= {high}" if high is not None else "")
-            )
-    if grant.started_by is not None:
-        parts.append(f"sagas of {grant.started_by}")
-    return ", ".join(parts) or "any call"
-
-
 def _block(made: StandingGrant) -> list[str]:
     amount = "-" if made.max_amount is None else f"{made.max_amount} in {made.amount_field}"
     return [
         f"  tool     {visible(made.tool_name)}",
-        f"  covers   {visible(describe_match(made))}",
+        f"  covers   {visible(made.describe())}",
         f"  calls    {made.max_calls}",
         f"  amount   {visible(amount)}",
         f"  expires  {made.expires_at}",
