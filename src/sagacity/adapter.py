@@ -28,7 +28,9 @@ the Python types of a tool's signature, for an adapter whose engine hands it JSO
 
 `pausing_as(name)`: the approval requests asked inside the block journal `name` as the
 resumer that continues the paused run (`sagacity.Worker` picks its resumer by it); each
-adapter wraps its calls of the hot path in it, with its own name.
+adapter wraps its calls of the hot path in it, with its own name. `agent_run(model=...,
+run_id=...)`: what the framework exposes of the agent's run at the call, journaled in
+the `initiated_by` of the requests asked inside the block.
 
 `decisions_in(history, DecisionLog(policy=..., declared=...), now)`: every decision a
 saga's history records, counted as the approval check counts (`DecisionEvents.decisions`
@@ -42,6 +44,7 @@ from sagacity._decisions import pausing_as
 from sagacity._history import CONTROL_FLOW, CallState, SagaHistory, payload_of
 from sagacity._offloop import FinishedThenCancelled, finished_off_loop
 from sagacity._scope import SagaScope, current_scope
+from sagacity.approval._provenance import agent_run
 from sagacity.approval._resume import seal_for_replay
 from sagacity.journal._protocol import entries_async
 from sagacity.journal._rebuild import rebuild_arguments
@@ -53,6 +56,7 @@ __all__ = [
     "FinishedThenCancelled",
     "SagaHistory",
     "SagaScope",
+    "agent_run",
     "current_scope",
     "decisions_in",
     "entries_async",

@@ -198,6 +198,7 @@ class TestApprove:
             "approver": "alice@treasury",
             "input_sha256": waiting.request.input_sha256,
             "via": "python",
+            "initiated_by": {"by": "code", "via": "work"},
         }
         assert waiting.sagacity.pending(SAGA) == [waiting.request]
         waiting.assert_nothing_ran()
@@ -380,6 +381,7 @@ class TestReject:
             "approver": "bob@treasury",
             "reason": "wrong beneficiary",
             "via": "python",
+            "initiated_by": {"by": "code", "via": "work"},
         }
         assert waiting.shop.log == ["reserve SKU-1", "release res-SKU-1-2"]
         waiting.assert_nothing_ran()

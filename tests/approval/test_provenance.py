@@ -78,6 +78,7 @@ class TestJustification:
             "input_sha256": entry.payload["input_sha256"],
             "justification": "invoice INV-7 checked",
             "via": "python",
+            "initiated_by": {"by": "human", "principal": "alice"},
         }
         (shown,) = sagacity.pending(SAGA)
         (approval,) = shown.approvals

@@ -135,6 +135,7 @@ class TestResolvedNotRun:
                 "approver": "bob",
                 "reason": "the customer cancelled",
                 "via": "python",
+                "initiated_by": {"by": "code", "via": "work"},
             },
         )
         assert sagacity.pending(SAGA) == []

@@ -17,7 +17,7 @@ from sagacity._unicode import principal_key
 from sagacity.approval._check import check_current, check_unused, journaled_request
 from sagacity.approval._pending import PendingRequests
 from sagacity.approval._policy import refuse_self_approval
-from sagacity.approval._provenance import checked_justification, checked_via
+from sagacity.approval._provenance import checked_justification, checked_via, initiated_of
 from sagacity.approval._request import ApprovalRequest
 from sagacity.errors import (
     AppendConflictError,
@@ -154,6 +154,9 @@ class RequestDecisions(PendingRequests):
             if given is not None:  # left out when none: an entry reads as it did before
                 payload["justification"] = given
             payload["via"] = via
+            initiated = initiated_of(history, request)
+            if initiated is not None:  # what asked, copied so the decision reads alone
+                payload["initiated_by"] = initiated
             payload.update(self.policy.signature(saga_id, request, approver, given, via))
             try:
                 entry = history.append(
@@ -255,6 +258,9 @@ class RequestDecisions(PendingRequests):
         payload["reason"] = reason
         if via is not None:  # a framework's own decline names its `source` instead
             payload["via"] = via
+        initiated = initiated_of(history, request)
+        if initiated is not None:
+            payload["initiated_by"] = initiated
         return history.append(
             self.journal,
             Phase.REJECTED,

@@ -11,8 +11,11 @@ REJECTED records `via`: the channel the decision came through ("python", "cli", 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import re
+from collections.abc import Iterator
 
 from sagacity._decisions import WORK
 from sagacity._history import SagaHistory, payload_of
@@ -23,11 +26,14 @@ from sagacity.journal import JsonValue
 
 __all__ = [
     "AGENT_ADAPTERS",
+    "AGENT_FIELDS",
     "MAX_JUSTIFICATION",
     "PYTHON_VIA",
+    "agent_run",
     "check_justification_required",
     "checked_justification",
     "checked_via",
+    "initiated_of",
     "initiator",
     "with_provenance",
 ]
@@ -63,18 +69,69 @@ def checked_via(via: object) -> str:
     return via
 
 
+AGENT_FIELDS = ("model", "run_id", "thread_id", "trace_id", "invocation_id", "agent")
+"""What an adapter may record of the agent run that made a call, in `initiated_by`."""
+
+_MAX_AGENT_FIELD = 200
+"""The longest agent field kept, in characters: an identifier, not a document."""
+
+_agent_var: contextvars.ContextVar[dict[str, JsonValue] | None] = contextvars.ContextVar(
+    "sagacity_agent_run", default=None
+)
+
+
+@contextlib.contextmanager
+def agent_run(**fields: object) -> Iterator[None]:
+    """Record, for the requests asked inside the block, what the framework says of its run.
+
+    An adapter wraps the call of a tool in it with what its framework exposes at that
+    call: `model` (the model's name), `run_id`, and where the framework has them
+    `thread_id`, `trace_id`, `invocation_id` and `agent` (the agent's name). A field the
+    framework does not give is left out (None): nothing is guessed. Each value is kept as
+    text of at most 200 characters; each request of an agent adapter journals them in its
+    `initiated_by`, beside the adapter's name.
+
+    Raises:
+        ValueError: A field is not one of `AGENT_FIELDS`.
+    """
+    unknown = sorted(set(fields) - set(AGENT_FIELDS))
+    if unknown:
+        raise ValueError(f"agent_run records {list(AGENT_FIELDS)}, not {unknown}")
+    kept: dict[str, JsonValue] = {}
+    for name in AGENT_FIELDS:
+        value = fields.get(name)
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else str(value)
+        if text.strip():
+            kept[name] = text[:_MAX_AGENT_FIELD]
+    token = _agent_var.set(kept or None)
+    try:
+        yield
+    finally:
+        _agent_var.reset(token)
+
+
 def initiator(resumer: str | None, started_by: str | None) -> dict[str, JsonValue]:
     """What initiated a call that asks now, for its AWAITING_APPROVAL's `initiated_by`.
 
-    An adapter's call was made by the agent's model; any other call by the human who
-    started the saga (`started_by`) when one is named, else by the application's code
-    (`via` the workflow, engine or plain work that ran it).
+    An adapter's call was made by the agent's model (with what `agent_run` recorded of
+    its run: model, run id); any other call by the human who started the saga
+    (`started_by`) when one is named, else by the application's code (`via` the workflow,
+    engine or plain work that ran it).
     """
     if resumer in AGENT_ADAPTERS:
-        return {"by": "agent", "adapter": resumer}
+        return {"by": "agent", "adapter": resumer, **(_agent_var.get() or {})}
     if started_by is not None:
         return {"by": "human", "principal": started_by}
     return {"by": "code", "via": resumer or WORK}
+
+
+def initiated_of(history: SagaHistory, request: ApprovalRequest) -> dict[str, JsonValue] | None:
+    """The `initiated_by` its AWAITING_APPROVAL journaled; None when it records none."""
+    awaiting = history.awaiting.get(request.request_id)
+    initiated = payload_of(awaiting).get("initiated_by") if awaiting is not None else None
+    return initiated if isinstance(initiated, dict) else None
 
 
 def with_provenance(
