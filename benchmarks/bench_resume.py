@@ -7,8 +7,9 @@ once.
   approved in turn from this process, and the time from `approve` returning (the APPROVED
   committed) to the tool starting in the worker is taken (p50, p99, max). The worker
   tells this process, by a datagram, when the tool starts and when it waits again; the
-  next saga is approved only once it waits, so that no decision lands on a worker still
-  finishing the one before. On PostgreSQL the worker LISTENs (a NOTIFY from the
+  next saga is approved only once it waits (no decision lands on a worker still
+  finishing the one before), after a pause of up to 0.2 s (decisions come at any moment
+  of a poll, not just as one begins). On PostgreSQL the worker LISTENs (a NOTIFY from the
   journal's trigger wakes it); on SQLite it polls at its default interval (0.2 s). The
   way is also shown in stages (p50 and p99 of each, and of its call alone): the watch
   woken, the saga handed to the worker loop, each journal and approval-store call, the
@@ -24,6 +25,7 @@ each run in a schema of its own, dropped afterwards. `SAGACITY_BENCH_DECISIONS` 
 from __future__ import annotations
 
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -39,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 DECISIONS = int(os.environ.get("SAGACITY_BENCH_DECISIONS", "200"))
 BATCH = int(os.environ.get("SAGACITY_BENCH_BATCH", "500"))
+_PHASE = 0.2
+"""The most a decision waits after the worker is waiting: its default SQLite poll."""
 
 
 def _env(url: str, starts: Path, **more: str) -> dict[str, str]:
@@ -51,19 +55,31 @@ def _env(url: str, starts: Path, **more: str) -> dict[str, str]:
     }
 
 
-def _worker(url: str, starts: Path, **more: str) -> subprocess.Popen[str]:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "sagacity.cli", "worker", "--app", "benchmarks._resume_app:worker"],
-        cwd=ROOT,
-        env=_env(url, starts, **more),
-        stdout=subprocess.PIPE,
-        stderr=None if os.environ.get("SAGACITY_BENCH_VERBOSE") else subprocess.DEVNULL,
-        text=True,
-    )
-    assert child.stdout is not None
-    line = child.stdout.readline()
-    assert "watching" in line, line
-    return child
+def _workers(url: str, starts: Path, count: int, **more: str) -> list[subprocess.Popen[str]]:
+    """Start `count` worker processes at once; return when each is watching."""
+    children = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sagacity.cli",
+                "worker",
+                "--app",
+                "benchmarks._resume_app:worker",
+            ],
+            cwd=ROOT,
+            env=_env(url, starts, **more),
+            stdout=subprocess.PIPE,
+            stderr=None if os.environ.get("SAGACITY_BENCH_VERBOSE") else subprocess.DEVNULL,
+            text=True,
+        )
+        for _ in range(count)
+    ]
+    for child in children:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert "watching" in line, line
+    return children
 
 
 def _stop(children: list[subprocess.Popen[str]]) -> None:
@@ -105,8 +121,8 @@ def _lines(starts: Path) -> int:
 class _Signals:
     """The datagrams the worker sends (`start <saga> <time>`, `waiting`), waited on."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = str(folder / "signals.sock")
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.path)
 
@@ -134,6 +150,7 @@ class _Signals:
 
     def close(self) -> None:
         self.sock.close()
+        os.unlink(self.path)
 
 
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
@@ -147,16 +164,19 @@ def latency(url: str, folder: Path, label: str) -> None:
     starts = folder / f"starts-{name}.txt"
     stages = folder / f"stages-{name}.txt"
     sagas = _pause(url, starts, DECISIONS, "lat")
-    signals = _Signals(folder)
-    worker = _worker(
-        url, starts, SAGACITY_BENCH_SIGNAL=signals.path, SAGACITY_BENCH_STAGES=str(stages)
-    )
+    signals = _Signals(folder / f"signals-{name}.sock")
+    phase = random.Random(DECISIONS)
+    worker = _workers(
+        url, starts, 1, SAGACITY_BENCH_SIGNAL=signals.path, SAGACITY_BENCH_STAGES=str(stages)
+    )[0]
     committed: dict[str, float] = {}
     waits: list[float] = []
     try:
         with Sagacity.from_url(url) as decider:
             signals.waiting(time.monotonic() + 30, label)  # the worker is waiting
             for saga in sagas:
+                # Decisions come at any moment, not just as a poll begins.
+                time.sleep(phase.uniform(0.0, _PHASE))
                 decider.approve(saga, approver="bench")
                 committed[saga] = time.time()
                 deadline = time.monotonic() + 30
@@ -216,7 +236,7 @@ def _stages(path: Path, committed: dict[str, float]) -> dict[str, Stage]:
 
 
 _NAMES = {
-    "watch.wait<": "NOTIFY delivered, the watch woken",
+    "watch.wait<": "the watch woken (NOTIFY, or a poll)",
     "worker.resume>": "handed to the worker loop",
     "journal.entries<": "the saga read (the decision)",
     "journal.acquire_lease<": "the saga's lease taken",
@@ -247,7 +267,7 @@ def throughput(url: str, folder: Path, label: str, workers: int) -> float:
         for saga in sagas:
             decider.approve(saga, approver="bench")
     began = time.monotonic()
-    children = [_worker(url, starts) for _ in range(workers)]
+    children = _workers(url, starts, workers)
     try:
         deadline = time.monotonic() + 600
         while _lines(starts) < BATCH:
