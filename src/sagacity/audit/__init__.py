@@ -1,9 +1,13 @@
-"""Evidence: verify the hash chain, export the journal, sign checkpoints of its heads."""
+"""Evidence: verify the hash chain, export the journal, sign checkpoints of its heads.
+
+And measure it: `approval_fatigue` counts how often gated calls asked a human.
+"""
 
 from __future__ import annotations
 
 from sagacity.audit._checkpoint import Checkpoint, make_checkpoint, read_checkpoint
 from sagacity.audit._export import export_csv, export_jsonl, read_jsonl
+from sagacity.audit._fatigue import ChannelTimes, FatigueReport, approval_fatigue
 from sagacity.audit._keys import (
     PrivateKey,
     PublicKey,
@@ -24,11 +28,14 @@ from sagacity.audit._verify import (
 
 __all__ = [
     "ChainHead",
+    "ChannelTimes",
     "Checkpoint",
+    "FatigueReport",
     "PrivateKey",
     "Problem",
     "PublicKey",
     "VerificationReport",
+    "approval_fatigue",
     "chain_heads",
     "export_csv",
     "export_jsonl",

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
-from sagacity.cli import _act, _evidence, _grants, _pending, _read, _run, _worker
+from sagacity.cli import _act, _evidence, _grants, _pending, _read, _report, _run, _worker
 from sagacity.cli._common import (
     EXIT_BROKEN_PIPE,
     EXIT_DATABASE,
@@ -227,6 +227,7 @@ def _parser() -> argparse.ArgumentParser:
         "default: SAGACITY_APPROVAL_KEY",
     )
     _grants.add_grant_commands(command)
+    _report.add_report_command(command)
     _worker.add_worker_command(commands)
     return parser
 
@@ -279,6 +280,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "verify": _read.verify_command,
     "worker": _worker.worker,
     **_grants.COMMANDS,
+    **_report.COMMANDS,
 }
 
 
