@@ -22,8 +22,7 @@ from fastapi.testclient import TestClient
 
 from sagacity import Escalator, Phase, Reversibility, Sagacity, compensable
 from sagacity.audit._keys import PrivateKey, generate_key
-from sagacity.server import Principal, create_app
-from sagacity.server._slack import SlackInteractions, SlackNotifier, slack_signature
+from sagacity.server import Principal, SlackInteractions, SlackNotifier, create_app, slack_signature
 from sagacity.testing import FakeClock
 from tests.server._bank import Bank, start_wire, token_auth
 from tests.server._slack_api import ApiCall, SlackApi, slack_api

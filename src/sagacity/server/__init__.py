@@ -31,7 +31,8 @@ from sagacity.server._errors import ErrorBody
 from sagacity.server._links import ApprovalLinks
 from sagacity.server._nonces import NonceStore
 from sagacity.server._notify import WebhookNotifier, sign_body
-from sagacity.server._slack import SlackInteractions, SlackNotifier, slack_signature
+from sagacity.server._slack import SlackNotifier, slack_signature
+from sagacity.server._slack_clicks import SlackInteractions
 
 __all__ = [
     "APPROVER",

@@ -32,7 +32,7 @@ from sagacity.server._sweeping import Sweeping
 from sagacity.server._workflow_routes import workflow_router
 
 if TYPE_CHECKING:
-    from sagacity.server._slack import SlackInteractions
+    from sagacity.server._slack_clicks import SlackInteractions
 
 __all__ = ["create_app", "router", "serve"]
 
