@@ -10,7 +10,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 
-from sagacity.adapter import SagaScope, current_scope, pausing_as
+from sagacity.adapter import SagaScope, agent_run, current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, SagaStateError
@@ -21,7 +21,14 @@ from sagacity.journal import JsonValue
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
 
-__all__ = ["DENIAL_SOURCE", "METADATA_KEY", "JournalPolicy", "SagaToolset", "saga_toolset"]
+__all__ = [
+    "DENIAL_SOURCE",
+    "METADATA_KEY",
+    "JournalPolicy",
+    "SagaToolset",
+    "run_provenance",
+    "saga_toolset",
+]
 
 METADATA_KEY = "sagacity"
 """The key sagacity sets in `ToolDefinition.metadata` (never sent to the model) and in the
@@ -29,6 +36,21 @@ metadata of the `ApprovalRequired` it raises."""
 
 DENIAL_SOURCE = "pydantic-ai ToolDenied"
 """The `source` of the REJECTED entry journaled for a call PydanticAI denied."""
+
+
+def run_provenance(ctx: RunContext[Any]) -> dict[str, str | None]:
+    """What PydanticAI's `RunContext` says of the run making a call, for `initiated_by`.
+
+    `model`: the model's `model_name` (as the model reports it, such as `gpt-4o` or
+    `function:script:`); `run_id`: the run's `run_id` (the one passed to `Agent.run`, or
+    PydanticAI's own); `agent`: the agent's `name`, when it has one.
+    """
+    agent = ctx.agent
+    return {
+        "model": getattr(ctx.model, "model_name", None),
+        "run_id": ctx.run_id,
+        "agent": None if agent is None else agent.name,
+    }
 
 
 @dataclasses.dataclass(eq=False)
@@ -135,7 +157,8 @@ class SagaToolset(WrapperToolset[AgentDepsT]):
         if journaled is None:
             return await super().call_tool(name, tool_args, ctx, tool)
         framework_call = FrameworkCall(self.wrapped, name, tool_args, ctx, tool)
-        with pausing_as(RESUMER):  # a request asked here is resumed with DeferredToolResults
+        # A request asked here is resumed with DeferredToolResults, and records the run.
+        with pausing_as(RESUMER), agent_run(**run_provenance(ctx)):
             if journaled.reversibility is Reversibility.IRREVERSIBLE:
                 await _defer_unless_approved(journaled, framework_call, ctx.tool_call_id)
             return await journaled.ainvoke(
