@@ -35,6 +35,7 @@ __all__ = [
     "check_escalation",
     "counts_after_escalation",
     "escalation_in",
+    "gate_escalation",
     "reminded_for",
     "tool_escalation",
 ]
@@ -128,6 +129,9 @@ class ToolEscalation:
     """How long before each expiry a reminder goes out; None for none."""
     escalate_to: ApproverGroup | None
     """The group an expired request escalates to; None: it is denied."""
+    ttl: datetime.timedelta | None = None
+    """How long its requests live before they expire, when not `approval_ttl`: a workflow
+    gate's timeout."""
 
     def remind_at(self, expires_at: datetime.datetime | None) -> datetime.datetime | None:
         """When a request expiring at `expires_at` is reminded; None for never."""
@@ -192,6 +196,7 @@ def tool_escalation(
     *,
     ttl: datetime.timedelta | None,
     groups: Mapping[str, ApproverGroup],
+    ttl_name: str = "approval_ttl",
 ) -> ToolEscalation | None:
     """What tool `name` declared, checked against this Sagacity's TTL and groups.
 
@@ -210,7 +215,7 @@ def tool_escalation(
     before = None if remind_before is None else _positive(remind_before, f"{where}: remind_before")
     if before is not None and before >= ttl:
         raise ConfigurationError(
-            f"{where}: remind_before={before} is not shorter than approval_ttl={ttl}: the "
+            f"{where}: remind_before={before} is not shorter than {ttl_name}={ttl}: the "
             "reminder would go out before the request is made"
         )
     group = None
@@ -223,6 +228,47 @@ def tool_escalation(
                 f"Sagacity (configured: {known}); give Sagacity(approver_groups=[...])"
             )
     return ToolEscalation(remind_before=before, escalate_to=group)
+
+
+def gate_escalation(
+    name: str,
+    remind_before: object,
+    escalate_to: object,
+    *,
+    timeout_seconds: float,
+    groups: Mapping[str, ApproverGroup],
+    where: str,
+) -> ToolEscalation | None:
+    """What a workflow gate declared (`gate(remind_before=, escalate_to=)`), checked.
+
+    The gate's timeout is its requests' time to live: the reminder comes before it, and
+    the escalation at it.
+
+    Raises:
+        ConfigurationError: A value cannot be read, the gate has no timeout, or the
+            group is not configured.
+    """
+    if remind_before is None and escalate_to is None:
+        return None
+    check_escalation(remind_before, escalate_to, Reversibility.IRREVERSIBLE, name, where)
+    if not timeout_seconds:
+        raise ConfigurationError(
+            f"{where}: gate {name!r} declares remind_before or escalate_to but no "
+            "timeout_seconds: a gate that never times out is never reminded nor escalated"
+        )
+    ttl = datetime.timedelta(seconds=timeout_seconds)
+    try:
+        found = tool_escalation(
+            name,
+            remind_before,  # type: ignore[arg-type]  # checked above
+            escalate_to,  # type: ignore[arg-type]
+            ttl=ttl,
+            groups=groups,
+            ttl_name="timeout_seconds",
+        )
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{where}: {error}") from None
+    return None if found is None else dataclasses.replace(found, ttl=ttl)
 
 
 def escalation_in(history: SagaHistory, awaiting: JournalEntry) -> Escalation | None:

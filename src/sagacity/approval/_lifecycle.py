@@ -27,12 +27,8 @@ from sagacity.approval._check import (
     journaled_request,
 )
 from sagacity.approval._decide import RequestDecisions
-from sagacity.approval._escalation import (
-    ApproverGroup,
-    ToolEscalation,
-    reminded_for,
-    tool_escalation,
-)
+from sagacity.approval._escalating import RequestEscalation
+from sagacity.approval._escalation import ApproverGroup, ToolEscalation, tool_escalation
 from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify
 from sagacity.approval._provenance import initiator
 from sagacity.approval._request import ApprovalRequest, ApprovalStore
@@ -64,7 +60,7 @@ class WrappedTool(Protocol):
     func: Callable[..., Any]
 
 
-class ApprovalLifecycle(RequestDecisions):
+class ApprovalLifecycle(RequestDecisions, RequestEscalation):
     """Asks for, records, checks and consumes approvals of IRREVERSIBLE calls.
 
     Args:
@@ -174,7 +170,9 @@ class ApprovalLifecycle(RequestDecisions):
         the check reads both from here, never from the store. `on_request` is told last.
         """
         now = self.now()
-        expires_at = None if self.ttl is None else now + self.ttl
+        escalation = self.escalations.get(tool_name)
+        ttl = self.ttl if escalation is None or escalation.ttl is None else escalation.ttl
+        expires_at = None if ttl is None else now + ttl
         request_id = request_id or uuid.uuid4().hex
         approvers = max(approvers, self.declared_approvers.get(tool_name, 1))
         digest = sha256_hex(input)
@@ -204,7 +202,6 @@ class ApprovalLifecycle(RequestDecisions):
             payload["edited_by"] = edited_by
         if rule is not None:  # why the call asks: its tool's rule said so, or failed
             payload["approval_rule"] = rule
-        escalation = self.escalations.get(tool_name)
         remind_at = None if escalation is None else escalation.remind_at(expires_at)
         if remind_at is not None:  # left out when none, as the other defaults
             payload["remind_at"] = remind_at.isoformat()
@@ -349,108 +346,6 @@ class ApprovalLifecycle(RequestDecisions):
             },
         )
         _telemetry.approval_refused(history.saga_id, tool_name, reason, refusal)
-
-    # -- reminders and escalation (run by `Escalator.sweep`, under the saga lease) ------
-
-    def due(
-        self, request: ApprovalRequest, history: SagaHistory, now: datetime.datetime
-    ) -> str | None:
-        """What is due for the verified, pending `request` at `now`, read from the journal.
-
-        `"remind"` at its warning time if no REMINDED warned of this expiry yet;
-        `"escalate"` once it expired undecided, if it names a group and has not escalated;
-        `"deny"` once it expired undecided otherwise; None when nothing is due.
-        """
-        if history.ended is not None or len(request.approvals) >= request.approvers_required:
-            return None
-        awaiting = history.entry(request.seq)
-        if awaiting is None or awaiting not in history.open_requests():
-            return None
-        if request.expired(now):
-            if request.escalate_to is not None and request.escalation is None:
-                return "escalate"
-            return "deny"
-        warn_at = request.warn_at
-        not_yet = warn_at is None or now < warn_at
-        if not not_yet and reminded_for(history, awaiting, request.deadline) is None:
-            return "remind"
-        return None
-
-    def remind(self, history: SagaHistory, request: ApprovalRequest) -> JournalEntry:
-        """Journal REMINDED for `request`'s coming expiry, then tell `on_reminder`.
-
-        Appended only if the journal is as `history` read it (`AppendConflictError`
-        otherwise), so of two sweepers one reminds.
-        """
-        deadline = request.deadline
-        warn_at = request.warn_at
-        entry = history.append(
-            self.journal,
-            Phase.REMINDED,
-            tool_name=request.tool_name,
-            call_id=request.call_id,
-            ref_seq=request.seq,
-            payload={
-                "request_id": request.request_id,
-                "remind_at": None if warn_at is None else warn_at.isoformat(),
-                "expires_at": None if deadline is None else deadline.isoformat(),
-                "group": None if request.escalation is None else request.escalation.group,
-            },
-            expected_seq=history.last_seq,
-        )
-        _telemetry.approval_event(
-            request.saga_id,
-            "approval.reminder",
-            request_id=request.request_id,
-            tool=request.tool_name,
-        )
-        notify(self.on_reminder, request, what="on_approval_reminder")
-        return entry
-
-    def escalate(
-        self, history: SagaHistory, request: ApprovalRequest, now: datetime.datetime
-    ) -> JournalEntry | None:
-        """Journal ESCALATED: `request` now waits for its group, until a new expiry.
-
-        Returns None, journaling nothing, when this process has no such group (another
-        process configured with it escalates the request). Appended only if the journal
-        is as `history` read it.
-        """
-        name = request.escalate_to
-        group = None if name is None else self.policy.groups.get(name)
-        if group is None:
-            _telemetry.logger.warning(
-                "saga %r: request %s for tool %r escalates to approver group %r, which this "
-                "Sagacity does not configure; it is left to a process that does",
-                request.saga_id,
-                request.request_id,
-                request.tool_name,
-                name,
-            )
-            return None
-        expires_at = now + group.ttl
-        escalation = self.escalations.get(request.tool_name)
-        remind_at = None
-        before = None if escalation is None else escalation.remind_before
-        if before is not None and before < group.ttl:
-            remind_at = expires_at - before
-        return history.append(
-            self.journal,
-            Phase.ESCALATED,
-            tool_name=request.tool_name,
-            call_id=request.call_id,
-            ref_seq=request.seq,
-            payload={
-                "request_id": request.request_id,
-                "group": group.name,
-                "members": list(group.members),
-                "expired_at": None if request.deadline is None else request.deadline.isoformat(),
-                "escalated_at": now.isoformat(),
-                "expires_at": expires_at.isoformat(),
-                "remind_at": None if remind_at is None else remind_at.isoformat(),
-            },
-            expected_seq=history.last_seq,
-        )
 
     # -- resume -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -70,6 +71,10 @@ class GateDeclaration:
     """Seconds the gate waits for a decision before the run fails; 0 waits forever."""
     reason: str
     """Shown to the approver and journaled with the request."""
+    remind_before: datetime.timedelta | float | None = None
+    """How long before the timeout a reminder goes out; None: no reminder."""
+    escalate_to: str | None = None
+    """The approver group the gate escalates to at its timeout; None: the run fails then."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,7 +157,12 @@ def stage(order: int, name: str | None = None) -> Callable[[F], F]:
 
 
 def gate(
-    *, approval_required: bool = True, timeout_seconds: float = 0, reason: str = ""
+    *,
+    approval_required: bool = True,
+    timeout_seconds: float = 0,
+    reason: str = "",
+    remind_before: datetime.timedelta | float | None = None,
+    escalate_to: str | None = None,
 ) -> Callable[[F], F]:
     """Pause the run before this stage until a human approves the exact value it receives.
 
@@ -161,6 +171,10 @@ def gate(
         timeout_seconds: Past this many seconds without a decision, `expire_gates`
             fails the run and compensates it; 0 waits forever.
         reason: Shown to the approver.
+        remind_before: How long before the timeout a reminder goes out, as for a tool
+            (`compensable(remind_before=)`); needs a timeout.
+        escalate_to: The approver group the gate escalates to at its timeout, as for a
+            tool (`compensable(escalate_to=)`); the run fails only at the group's expiry.
     """
 
     def declare(func: F) -> F:
@@ -168,7 +182,11 @@ def gate(
             func,
             _GATE,
             GateDeclaration(
-                approval_required=approval_required, timeout_seconds=timeout_seconds, reason=reason
+                approval_required=approval_required,
+                timeout_seconds=timeout_seconds,
+                reason=reason,
+                remind_before=remind_before,
+                escalate_to=escalate_to,
             ),
         )
         return func

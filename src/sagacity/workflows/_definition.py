@@ -286,6 +286,7 @@ def _stage(
     if gate is not None:
         reason = gate.reason or f"workflow {workflow_name!r} waits at the gate before {name!r}"
     tool = _tool(sagacity, instance, method, tool_name, reason, here)
+    sagacity.approval.declare_gate(tool_name, gate, where=here)
     return StageDefinition(
         name=name,
         order=order,

@@ -12,6 +12,7 @@ import datetime
 
 from sagacity._history import SagaHistory
 from sagacity._ids import require_name
+from sagacity._sweeping import Escalator
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import (
     ApprovalExpiredError,
@@ -113,6 +114,8 @@ class WorkflowGates(WorkflowRuns):
         REJECTED entry names `GATE_TIMEOUT_APPROVER` and the timeout. Runs another worker
         holds right now are left for the next call. Returns the runs expired.
         """
+        # A gate that declares a reminder or a group is reminded and escalated first.
+        Escalator(self.sagacity).sweep(deny=False)
         expired = []
         for definition, declared, request in self._open_gates():
             if not self._timed_out(declared, request):
@@ -188,6 +191,8 @@ class WorkflowGates(WorkflowRuns):
     def _timed_out(self, declared: StageDefinition, request: ApprovalRequest) -> bool:
         if not declared.timeout_seconds or request.state == "approved":
             return False
+        if request.escalate_to is not None:  # it fails at its group's expiry, not before
+            return request.escalation is not None and request.expired(self.sagacity.now())
         deadline = request.requested_at + datetime.timedelta(seconds=declared.timeout_seconds)
         return self.sagacity.now() >= deadline
 
@@ -216,6 +221,8 @@ def approved_late(
     the journal's own `recorded_at`, so one clock measures the wait.
     """
     if not declared.timeout_seconds or not request.approvals:
+        return False
+    if request.escalation is not None:  # its group's approvals were checked against its expiry
         return False
     awaiting = history.entry(request.seq)
     if awaiting is None:
