@@ -287,6 +287,48 @@ class TestEscalation:
         assert verify(setup.sagacity.journal, SAGA).ok
 
 
+class TestForgedEscalation:
+    def _forge(self, setup: Setup, request: ApprovalRequest, **payload: Any) -> None:
+        """Append an ESCALATED with the journal's own API: what database access allows."""
+        setup.sagacity.journal.append(
+            SAGA,
+            Phase.ESCALATED,
+            tool_name=request.tool_name,
+            call_id=request.call_id,
+            ref_seq=request.seq,
+            payload={
+                "request_id": request.request_id,
+                "group": "treasury-leads",
+                "members": ["carol", "mallory"],
+                "expired_at": "2026-03-06T18:00:00+00:00",
+                "escalated_at": "2026-03-06T18:00:00+00:00",
+                "expires_at": "2026-03-06T23:00:00+00:00",
+                "remind_at": None,
+                **payload,
+            },
+        )
+
+    def test_a_member_added_in_the_row_adds_nobody(self, setup: Setup) -> None:
+        """Mallory wrote herself into the group: where the group is configured she is not in it."""
+        request = setup.start()
+        setup.clock.advance(HOUR)
+        self._forge(setup, request)
+        with pytest.raises(ApprovalError, match="'mallory' is not a member"):
+            setup.sagacity.approve(SAGA, approver="mallory")
+        inject_approval(setup.sagacity, request, "mallory")
+        (shown,) = setup.sagacity.pending(SAGA)
+        assert shown.approvals == ()
+        assert shown.escalation is not None
+        assert shown.escalation.members == ("carol",)
+
+    def test_an_escalation_to_another_group_lets_nobody_approve(self, setup: Setup) -> None:
+        """A row naming a group the request does not escalate to: no approval counts."""
+        request = setup.start("refund")  # declares no group
+        self._forge(setup, request, group="treasury-leads")
+        with pytest.raises(ApprovalError, match="not a member"):
+            setup.sagacity.approve(SAGA, approver="carol")
+
+
 class TestDeny:
     def test_at_expiry_compensates(self, setup: Setup) -> None:
         """A request that names no group is reminded, then denied at expiry and compensated."""

@@ -116,7 +116,7 @@ def verified_request(
         edited_by=edited_by,
         remind_at=_time(journaled.get("remind_at")),
         escalate_to=escalate_to if isinstance(escalate_to, str) else None,
-        escalation=escalation_in(history, awaiting),
+        escalation=escalation_in(history, awaiting, policy.groups),
     )
     return dataclasses.replace(verified, approvals=approvals_of(verified, history, policy).valid)
 

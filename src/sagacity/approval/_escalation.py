@@ -271,10 +271,17 @@ def gate_escalation(
     return None if found is None else dataclasses.replace(found, ttl=ttl)
 
 
-def escalation_in(history: SagaHistory, awaiting: JournalEntry) -> Escalation | None:
+def escalation_in(
+    history: SagaHistory,
+    awaiting: JournalEntry,
+    groups: Mapping[str, ApproverGroup] | None = None,
+) -> Escalation | None:
     """The request's escalation, read from its ESCALATED entry; None when it has none.
 
-    An entry that cannot be read escalates to nobody: no approval counts after it.
+    An entry that cannot be read, or names another group than the request's
+    `escalate_to`, escalates to nobody: no approval counts after it. Where this process
+    configures the group (`groups`), only the members it names there too count: a row
+    appended with one more member adds nobody.
     """
     found = next(
         (
@@ -289,10 +296,20 @@ def escalation_in(history: SagaHistory, awaiting: JournalEntry) -> Escalation | 
     said = payload_of(found)
     members = said.get("members")
     group = said.get("group")
-    readable = isinstance(members, list) and all(isinstance(m, str) for m in members)
+    readable = (
+        isinstance(members, list)
+        and all(isinstance(m, str) for m in members)
+        and isinstance(group, str)
+        and group == payload_of(awaiting).get("escalate_to")
+    )
+    named: tuple[str, ...] = tuple(members) if readable and isinstance(members, list) else ()
+    configured = None if groups is None or not isinstance(group, str) else groups.get(group)
+    if configured is not None:
+        allowed = {principal_key(m) for m in configured.members}
+        named = tuple(m for m in named if principal_key(m) in allowed)
     return Escalation(
         group=group if isinstance(group, str) else "",
-        members=tuple(members) if readable and isinstance(members, list) else (),
+        members=named,
         seq=found.seq,
         escalated_at=_time(said.get("escalated_at"))
         or _time(found.recorded_at)
