@@ -22,7 +22,7 @@ from sagacity import (
     compensable,
 )
 from sagacity.audit import verify
-from sagacity.journal import JournalEntry
+from sagacity.journal import JournalEntry, SideEffectJournal
 from sagacity.journal.postgres import PostgresJournal
 from tests._postgres import postgres_database_for, with_query
 from tests.postgres._proxy import CuttingProxy
@@ -101,6 +101,24 @@ def database_down(admin: Admin, database: str) -> None:
 
 def database_up(admin: Admin, database: str) -> None:
     admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+
+def serving_again(journal: SideEffectJournal) -> None:
+    """Wait until the journal's pool hands out a connection to the database let back in.
+
+    The pool reconnects on demand, each try bounded by the URL's `pool_timeout`: 1 s in
+    these tests, so that an append refused while the database is away fails quickly,
+    and a machine under load may take longer than that to start a backend. The
+    connection a read gets is then kept aside for the next append, which needs none
+    to be made (`PostgresDatabase.checkin`).
+    """
+    for _ in range(120):
+        try:
+            journal.list_sagas(limit=1)
+            return
+        except JournalError:
+            continue  # each try waited its pool_timeout: no pause needed
+    pytest.fail("the database let back in served no connection in 120 tries")
 
 
 def database_of(url: str) -> str:
@@ -318,6 +336,7 @@ class TestDatabaseRestart:
             except JournalError as error:
                 refused.append(error)
             database_up(admin, database)
+            serving_again(sagacity.journal)
             return str(charge(amount="10.00"))
 
         try:

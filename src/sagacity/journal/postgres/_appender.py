@@ -39,6 +39,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -49,7 +50,7 @@ from sagacity.journal._entry import GENESIS_HASH, JournalEntry, Phase
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._lease import SagaLease, lost
 from sagacity.journal._rows import entries_from_rows, row_of
-from sagacity.journal.postgres._append import Append, AppendStats, Head, new_append, unchecked
+from sagacity.journal.postgres._append import Append, AppendStats, Head, unchecked
 from sagacity.journal.postgres._database import PostgresDatabase, is_transient
 from sagacity.journal.postgres._leases import Taken
 from sagacity.journal.postgres._schema import LEASE_LOST, advisory_key
@@ -148,7 +149,7 @@ class Appender:
                 f"saga {request.saga_id!r}: cannot append {request.phase.value}: the journal "
                 "is closed; open a new one"
             )
-        return new_append(request)
+        return Append(*request)  # the fields in the same order
 
     def append(self, append: Append) -> JournalEntry:
         """Commit an append on a pooled connection, redoing it after a lost connection."""
@@ -417,21 +418,31 @@ class Appender:
         locked append leaves no token: the next fenced one is checked. ENDED frees the
         lease: its token is let go.
         """
-        token = append.token()
         with self.guard:
-            if fast:
-                self._fast += 1
-            else:
-                self._locked += 1
-            head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
-            if entry.phase is Phase.ENDED:
-                self._retire(entry.saga_id, token)
-                if head.seq == entry.seq:
-                    head.fenced_by = None
-            elif checked and head.seq == entry.seq:
-                armed = token is not None and self._arms(entry.saga_id, token)
-                head.fenced_by = token if armed else None
+            self._done(entry, fast, append, checked)
         return entry
+
+    def done_all(self, written: Sequence[tuple[JournalEntry, Append]]) -> None:
+        """`done` for the appends of a batch, written by the fast path, unchecked."""
+        with self.guard:
+            for entry, append in written:
+                self._done(entry, True, append, False)
+
+    def _done(self, entry: JournalEntry, fast: bool, append: Append, checked: bool) -> None:
+        """Under the guard: `done`."""
+        token = None if append.fence is None else append.fence.token
+        if fast:
+            self._fast += 1
+        else:
+            self._locked += 1
+        head = self._move_head(entry.saga_id, entry.seq, entry.hash, keep_fence=fast)
+        if entry.phase is Phase.ENDED:
+            self._retire(entry.saga_id, token)
+            if head.seq == entry.seq:
+                head.fenced_by = None
+        elif checked and head.seq == entry.seq:
+            armed = token is not None and self._arms(entry.saga_id, token)
+            head.fenced_by = token if armed else None
 
     def _arms(self, saga_id: str, token: int) -> bool:
         """Under the guard: whether `token` may fence a head (it was not let go here)."""

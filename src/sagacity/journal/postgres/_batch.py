@@ -36,7 +36,7 @@ from sagacity.errors import JournalError, SerializationError
 from sagacity.journal._entry import JournalEntry, Phase
 from sagacity.journal._group import AppendRequest
 from sagacity.journal._rows import row_of
-from sagacity.journal.postgres._append import Append, new_append
+from sagacity.journal.postgres._append import Append
 from sagacity.journal.postgres._appender import Appender
 from sagacity.journal.postgres._database import is_transient
 from sagacity.journal.postgres._steps import NOTHING, Statement, Steps, run_steps
@@ -93,7 +93,7 @@ class Batch:
 
     def __init__(self, appender: Appender, requests: Sequence[AppendRequest]) -> None:
         self._appender = appender
-        self._appends = [new_append(request) for request in requests]
+        self._appends = [Append(*request) for request in requests]  # fields in one order
         self.results: list[JournalEntry | BaseException | None] = [None] * len(requests)
         if appender.closed:
             closed = JournalError(
@@ -117,17 +117,16 @@ class Batch:
         rows = [row_of(item.entry, item.payload_bytes) for item in self.sealed]
         yield Statement(
             appender.sql_insert_bulk_text,
-            tuple(_array_literal(column) for column in zip(*rows, strict=True)),
+            tuple([_array_literal(column) for column in zip(*rows, strict=True)]),
             NOTHING,
             appender.prepared_insert_bulk,
         )
 
     def written(self) -> None:
         """The statement committed: settle its appends."""
+        self._appender.done_all([(item.entry, item.append) for item in self.sealed])
         for item in self.sealed:
-            self.results[item.index] = self._appender.done(
-                item.entry, fast=True, append=item.append
-            )
+            self.results[item.index] = item.entry
 
     def failed(self, error: BaseException, *, sent: bool) -> None:
         """The statement failed: each of its appends is redone alone, with its retries.
@@ -170,19 +169,21 @@ def _seal(appender: Appender, appends: list[Append]) -> tuple[list[_Sealed], lis
     heads: dict[str, tuple[int, str, int | None] | None] = {}
     """Per saga: the head its next append follows and the token that held the saga
     there, or None once one of its appends goes alone (then all its later ones do too)."""
-    for index in sorted(range(len(appends)), key=lambda i: appends[i].saga_id):
-        append = appends[index]
-        saga_id = append.saga_id
-        if saga_id in heads:
-            known = heads[saga_id]
-        else:
-            with appender.guard:
-                head = appender.heads.get(saga_id)
-                known = (
+    cached = appender.heads
+    with appender.guard:  # every saga's head at once
+        for append in appends:
+            saga_id = append.saga_id
+            if saga_id not in heads:
+                head = cached.get(saga_id)
+                heads[saga_id] = (
                     None
                     if head is None or head.quiet_needed
                     else (head.seq, head.hash, head.fenced_by)
                 )
+    for index in sorted(range(len(appends)), key=lambda i: appends[i].saga_id):
+        append = appends[index]
+        saga_id = append.saga_id
+        known = heads[saga_id]
         expected = append.expected_seq
         fence = append.fence
         sealing = None
@@ -209,8 +210,16 @@ def _array_literal(values: Sequence[object]) -> str:
     """A PostgreSQL array literal of `values` (str, int or None), every string quoted.
 
     Inside double quotes only a backslash and a double quote need escaping (with a
-    backslash); braces, commas, spaces and the word NULL are then plain text.
+    backslash); braces, commas, spaces and the word NULL are then plain text. A column
+    of plain strings with neither, or of ints, is joined in one call.
     """
+    kinds = set(map(type, values))
+    if kinds == _STR:
+        whole = "".join(values)  # type: ignore[arg-type]  # all str, as `kinds` says
+        if '"' not in whole and "\\" not in whole:
+            return '{"' + '","'.join(values) + '"}'  # type: ignore[arg-type]
+    elif kinds == _INT:
+        return "{" + ",".join(map(str, values)) + "}"
     items = []
     for value in values:
         if value is None:
@@ -223,6 +232,10 @@ def _array_literal(values: Sequence[object]) -> str:
                 text = text.replace("\\", "\\\\").replace('"', '\\"')
             items.append(f'"{text}"')
     return "{" + ",".join(items) + "}"
+
+
+_STR = {str}
+_INT = {int}
 
 
 def _names(requests: Sequence[AppendRequest]) -> str:

@@ -201,7 +201,7 @@ class ThreadGroup:
             busy[saga_id] = busy.get(saga_id, 0) + 1
         if self._next is None or self._next.state != _QUEUED:
             self._next = left[0] if left else None
-            if self._next is not None:
+            if self._next is not None and self._slots.fresh < self._slots.most:
                 self._signal(self._next)  # to wait with the clock in view
         self._count(len(batch))
         return batch, self._slots.start(now)
