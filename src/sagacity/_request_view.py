@@ -209,7 +209,12 @@ def gate_timeout(entries: Sequence[JournalEntry], request: ApprovalRequest) -> f
 def gate_deadline(
     entries: Sequence[JournalEntry], request: ApprovalRequest
 ) -> datetime.datetime | None:
-    """When `request` stops being usable: its expiry, or its gate's timeout if earlier."""
+    """When `request` stops being usable: its expiry, or its gate's timeout if earlier.
+
+    Once it escalated (`ApprovalRequest.escalation`), its group's expiry.
+    """
+    if request.escalation is not None:
+        return request.deadline
     timeout = gate_timeout(entries, request)
     if timeout is None:
         return request.expires_at

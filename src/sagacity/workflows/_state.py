@@ -271,7 +271,9 @@ def gate_request(
 ) -> GateRequest:
     """The gate view of a stage's pending approval request."""
     expires_at = request.expires_at
-    if declared.timeout_seconds:
+    if request.escalation is not None:  # escalated at the timeout: its group's expiry holds
+        expires_at = request.deadline
+    elif declared.timeout_seconds:
         deadline = request.requested_at + datetime.timedelta(seconds=declared.timeout_seconds)
         expires_at = deadline if expires_at is None else min(expires_at, deadline)
     return GateRequest(
