@@ -7,8 +7,10 @@ does is read back from the journal.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +32,10 @@ from sagacity import (
     compensation,
     verify,
 )
+from sagacity.cli._request_text import request_block, request_views
 from sagacity.testing import FakeClock
 from tests.approval._policy import OpenSagacity, inject_approval
+from tests.cli._run import run_cli
 
 SAGA = "payout-7"
 HOUR = 3600.0
@@ -465,6 +469,43 @@ def _race(instances: list[Sagacity]) -> list[tuple[str, str]]:
         if not more:
             return done
         done.extend(more)
+
+
+class TestPendingCommand:
+    def test_shows_the_reminder_and_the_escalation(self, tmp_path: Path, clock: FakeClock) -> None:
+        """`sagacity pending --json` and the terminal block: the group, who approves, until when."""
+        database = str(tmp_path / "pending.db")
+        setup = Setup(
+            lambda **options: Sagacity.from_url(f"sqlite:///{database}", **options), clock
+        )
+        try:
+            setup.start()
+            before = request_views(setup.sagacity, setup.sagacity.pending(SAGA))
+            assert request_block(before[0], clock())[6:8] == [
+                "  reminder 2026-03-06T17:50:00+00:00 (in 50m 0s)",
+                "  group    escalates to treasury-leads at expiry",
+            ]
+            clock.advance(HOUR)
+            Escalator(setup.sagacity).sweep()
+            (view,) = request_views(setup.sagacity, setup.sagacity.pending(SAGA))
+            block = request_block(view, clock())
+            assert block[5] == "  expires  2026-03-06T18:30:00+00:00 (in 30m 0s)"
+            assert block[6:8] == [
+                "  reminder 2026-03-06T18:20:00+00:00 (in 20m 0s)",
+                "  group    escalated to treasury-leads (carol, dave) at "
+                "2026-03-06T18:00:00+00:00 (seq 4): only their approvals count",
+            ]
+        finally:
+            setup.sagacity.close()
+        (document,) = [
+            json.loads(line)
+            for line in run_cli("pending", "--json", "--database", database).stdout.splitlines()
+        ]
+        assert document["expires_at"] == "2026-03-06T18:30:00+00:00"
+        assert document["escalate_to"] == "treasury-leads"
+        assert document["escalation"]["members"] == ["carol", "dave"]
+        shown = run_cli("show", SAGA, "--database", database).stdout
+        assert "ESCALATED" in shown
 
 
 class TestDeclaration:

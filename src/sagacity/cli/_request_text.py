@@ -161,12 +161,15 @@ def escalation_lines(request: ApprovalRequest, now: datetime.datetime, label: in
     if escalation is not None:
         members = ", ".join(visible(m) for m in escalation.members)
         lines.append(
-            "escalated".ljust(label)
-            + f"to {visible(escalation.group)} ({members}) at {escalation.escalated_at.isoformat()}"
-            + f" (seq {escalation.seq}): only their approvals count"
+            "group".ljust(label)
+            + f"escalated to {visible(escalation.group)} ({members}) at "
+            + f"{escalation.escalated_at.isoformat()} (seq {escalation.seq}): only their "
+            + "approvals count"
         )
     elif request.escalate_to is not None:
-        lines.append("at expiry".ljust(label) + f"escalates to {visible(request.escalate_to)}")
+        lines.append(
+            "group".ljust(label) + f"escalates to {visible(request.escalate_to)} at expiry"
+        )
     return lines
 
 
