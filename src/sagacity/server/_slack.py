@@ -17,7 +17,7 @@ import hmac
 import logging
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -131,7 +131,7 @@ def request_message(
 @dataclasses.dataclass(frozen=True, slots=True)
 class _ApiCall:
     method: str
-    body: dict[str, Any]
+    body: dict[str, Any] | Callable[[], dict[str, Any]]
     event: str
     saga_id: str
     request_id: str
@@ -204,7 +204,10 @@ class SlackNotifier(Outbox[_ApiCall]):
             if channel is None:
                 _log.warning("slack: no channel for tool %r", request.tool_name)
                 return
-            body = {"channel": channel, **request_message(request, reminder=reminder)}
+
+            def body() -> dict[str, Any]:  # built on the sending thread, off the call's path
+                return {"channel": channel, **request_message(request, reminder=reminder)}
+
             self.call(
                 "chat.postMessage",
                 body,
@@ -220,14 +223,17 @@ class SlackNotifier(Outbox[_ApiCall]):
     def call(
         self,
         method: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | Callable[[], dict[str, Any]],
         *,
         event: str,
         saga_id: str,
         request_id: str,
         tool_name: str,
     ) -> None:
-        """Queue a Web API call (`chat.update`, `chat.postEphemeral`, ...) about a request."""
+        """Queue a Web API call (`chat.update`, `chat.postEphemeral`, ...) about a request.
+
+        `body` is the JSON body, or a function that builds it on the sending thread.
+        """
         self._queued(
             _ApiCall(
                 method=method,
@@ -246,7 +252,7 @@ class SlackNotifier(Outbox[_ApiCall]):
         """Call the Web API once; the problem, or "" when Slack answered ok."""
         post = urllib.request.Request(
             f"{self.api_base}/{item.method}",
-            data=orjson.dumps(item.body),
+            data=orjson.dumps(item.body() if callable(item.body) else item.body),
             headers={
                 "Content-Type": "application/json; charset=utf-8",
                 "Authorization": f"Bearer {self._token}",
