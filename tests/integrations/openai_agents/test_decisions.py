@@ -223,6 +223,7 @@ class TestRejectedInTheSdk:
                 "approver": None,
                 "source": REJECTION_SOURCE,
                 "reason": "not this supplier",
+                "initiated_by": {"by": "agent", "adapter": "openai_agents"},
             },
         )
         assert REJECTION_SOURCE == "openai-agents state.reject"

@@ -327,6 +327,7 @@ class TestDeniedInPydanticAI:
                 "approver": None,
                 "source": DENIAL_SOURCE,
                 "reason": "not this week",
+                "initiated_by": sagacity.history(SAGA)[0].payload["initiated_by"],
             },
         )
         assert DENIAL_SOURCE == "pydantic-ai ToolDenied"

@@ -28,8 +28,9 @@ from agents.exceptions import MCPToolCancellationError, ModelBehaviorError, Tool
 from agents.function_schema import FuncSchema, function_schema
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
+from agents.tracing import get_current_trace
 
-from sagacity.adapter import current_scope, pausing_as
+from sagacity.adapter import agent_run, current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.errors import ApprovalError, ConfigurationError
 from sagacity.integrations.openai_agents._resumer import RESUMER
@@ -148,7 +149,7 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, bool]:
 
         async def call_async(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
             arguments = (context, *args) if takes_context else args
-            with pausing_as(RESUMER):
+            with pausing_as(RESUMER), agent_run(**run_provenance()):
                 return await journaled.ainvoke(arguments, kwargs, call_id=_call_id(context))
 
         function = call_async
@@ -156,7 +157,7 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, bool]:
 
         def call(context: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
             arguments = (context, *args) if takes_context else args
-            with pausing_as(RESUMER):
+            with pausing_as(RESUMER), agent_run(**run_provenance()):
                 return journaled.invoke(arguments, kwargs, call_id=_call_id(context))
 
         function = call
@@ -168,6 +169,20 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, bool]:
     # inspect.signature() reads __signature__: the SDK derives the schema from it.
     function.__dict__["__signature__"] = signature
     return function, journaled, takes_context
+
+
+def run_provenance() -> dict[str, str | None]:
+    """What the SDK exposes of the run making a call, for `initiated_by`: its `trace_id`.
+
+    The SDK's run has no id of its own but its trace (`RunConfig.trace_id`, or one the SDK
+    made), readable with `agents.tracing.get_current_trace()` while tracing is on; with
+    tracing off the trace is a no-op and nothing is recorded. The model is not recorded:
+    the `needs_approval` check that asks gets a `RunContextWrapper`, which names no agent.
+    """
+    trace = get_current_trace()
+    if trace is None or trace.export() is None:  # no trace, or tracing off (a no-op)
+        return {}
+    return {"trace_id": trace.trace_id}
 
 
 class _ApprovalPolicy:
@@ -196,7 +211,7 @@ class _ApprovalPolicy:
             return True
         arguments = (run_context, *args) if self.takes_context else tuple(args)
         try:
-            with pausing_as(RESUMER):
+            with pausing_as(RESUMER), agent_run(**run_provenance()):
                 waiting = await self.tool.apending_approval(arguments, kwargs, call_id=call_id)
         except ApprovalError:
             return True
