@@ -326,3 +326,30 @@ class TestPoolExhausted:
                 journal.database.checkin(lease)
         assert journal.append("order-1", Phase.INTENT, tool_name="reserve").seq == 1
         journal.close()
+
+
+class TestKeptAside:
+    def test_connections_ended_while_kept_aside_are_not_used(
+        self, pg_url: str, admin: Admin
+    ) -> None:
+        """Every connection given back waits aside; one whose backend ended is not used.
+
+        The append goes on a new connection, with nothing sent on a dead one (no
+        reconnect counted, the entry written once).
+        """
+        journal = PostgresJournal(with_query(pg_url, pool_max_size="4"))
+        try:
+            journal.append("order-1", Phase.INTENT)
+            leases = [journal.database.checkout(time.monotonic() + 5) for _ in range(3)]
+            for lease in leases:
+                journal.database.checkin(lease)
+            for lease in leases:
+                terminate(admin, lease.conn.info.backend_pid)
+            assert journal.append("order-1", Phase.EXECUTED, ref_seq=1).seq == 2
+            assert journal.stats.reconnects == 0
+            assert [e.phase for e in journal.entries("order-1")] == [
+                Phase.INTENT,
+                Phase.EXECUTED,
+            ]
+        finally:
+            journal.close()
