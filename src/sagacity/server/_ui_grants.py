@@ -7,8 +7,10 @@ API takes them, a JSON object (`{"payee": {"one_of": ["ACME"]}}`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
@@ -16,13 +18,45 @@ from sagacity.approval._grants import StandingGrant
 from sagacity.errors import SagacityError
 from sagacity.saga import Sagacity
 from sagacity.server._auth import APPROVER, sagacity_of
-from sagacity.server._ui_actions import _action
-from sagacity.server._ui_http import InboxSite, Refusal, form_field, json_field, refusal_of
+from sagacity.server._ui_http import (
+    InboxSite,
+    Refusal,
+    form_field,
+    json_field,
+    refusal_of,
+    secured,
+)
 from sagacity.server._ui_sessions import Session
 
 __all__ = ["add_grants"]
 
 GRANTS_PATH = "/grants"
+
+
+GrantAction = Callable[[Sagacity, Session, FormData], None]
+
+
+def _post(router: APIRouter, site: InboxSite, path: str) -> Callable[[GrantAction], GrantAction]:
+    """Register a form post that runs `action` (in a thread) and returns to the Grants page."""
+
+    def register(action: GrantAction) -> GrantAction:
+        async def handler(request: Request) -> Response:
+            session: Session | None = None
+            try:
+                session, form = await site.actor(request, APPROVER)
+                await run_in_threadpool(action, sagacity_of(request), session, form)
+            except Refusal as refusal:
+                return site.refusal(request, refusal, session)
+            except SagacityError as error:
+                return site.refusal(request, refusal_of(error), session)
+            target = site.base(request) + GRANTS_PATH
+            return secured(RedirectResponse(target, status_code=303))
+
+        name = f"sagacity_ui_{action.__name__}_grant"
+        router.add_api_route(path, handler, methods=["POST"], name=name)
+        return action
+
+    return register
 
 
 def _shown(grant: StandingGrant) -> dict[str, object]:
@@ -70,8 +104,8 @@ def add_grants(router: APIRouter, site: InboxSite) -> None:
         )
         return site.finish(request, response)
 
-    @_action(router, site, GRANTS_PATH + "/grant", APPROVER)
-    def grant(sagacity: Sagacity, session: Session, form: FormData) -> str:
+    @_post(router, site, GRANTS_PATH + "/grant")
+    def grant(sagacity: Sagacity, session: Session, form: FormData) -> None:
         match = json_field(form, "match", empty={})
         if not isinstance(match, dict):
             raise Refusal(422, "the form field 'match' must be a JSON object of constraints")
@@ -99,10 +133,9 @@ def add_grants(router: APIRouter, site: InboxSite) -> None:
             f"Granted by {session.principal.name}: {made.max_calls} call(s) of "
             f"{made.tool_name} until {made.expires_at} (grant {made.grant_id})."
         )
-        return GRANTS_PATH
 
-    @_action(router, site, GRANTS_PATH + "/revoke", APPROVER)
-    def revoke(sagacity: Sagacity, session: Session, form: FormData) -> str:
+    @_post(router, site, GRANTS_PATH + "/revoke")
+    def revoke(sagacity: Sagacity, session: Session, form: FormData) -> None:
         made = sagacity.revoke(
             form_field(form, "grant_id"),
             revoked_by=session.principal.name,
@@ -112,4 +145,3 @@ def add_grants(router: APIRouter, site: InboxSite) -> None:
         session.flash.append(
             f"Revoked by {session.principal.name}: grant {made.grant_id} covers no more calls."
         )
-        return GRANTS_PATH
