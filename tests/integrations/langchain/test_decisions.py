@@ -93,6 +93,7 @@ class TestARejectionInTheResumeValue:
                 "approver": None,
                 "source": "langgraph Command(resume)",
                 "reason": "customer cancelled",
+                "initiated_by": {"by": "agent", "adapter": "langgraph", "thread_id": "thread-1"},
             },
         )
         assert RESUME_SOURCE == "langgraph Command(resume)"

@@ -25,6 +25,7 @@ __all__ = [
     "classify_langgraph_error",
     "interrupt_value",
     "pause_graph",
+    "run_provenance",
     "warn_if_in_memory",
 ]
 
@@ -59,6 +60,19 @@ def _checkpointer() -> object | None:
         return None
     configurable = config.get("configurable") or {}
     return configurable.get(CONFIG_KEY_CHECKPOINTER)
+
+
+def run_provenance() -> dict[str, str | None]:
+    """What LangGraph's config says of the run making a call, for `initiated_by`.
+
+    `thread_id`: the `configurable` thread the run checkpoints under (what a resume names).
+    A tool's config holds no run id of the graph's run (the `run_id` given to `invoke` is
+    its root run's, not passed down) and no model: neither is recorded.
+    """
+    config = var_child_runnable_config.get()
+    configurable = (config or {}).get("configurable") or {}
+    thread = configurable.get("thread_id")
+    return {"thread_id": None if thread is None else str(thread)}
 
 
 def can_interrupt() -> bool:

@@ -8,7 +8,7 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ToolMessage
@@ -17,7 +17,7 @@ from langchain_core.utils.pydantic import get_fields
 from langgraph.types import Command
 from pydantic import Field, SkipValidation
 
-from sagacity.adapter import SagaScope, current_scope, pausing_as
+from sagacity.adapter import SagaScope, agent_run, current_scope, pausing_as
 from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ApprovalError, ReplayMismatchError
@@ -27,6 +27,7 @@ from sagacity.integrations.langchain._graph import (
     classify_langgraph_error,
     interrupt_value,
     pause_graph,
+    run_provenance,
     warn_if_in_memory,
 )
 from sagacity.integrations.langchain._resume import adecline_if_refused, decline_if_refused
@@ -255,9 +256,15 @@ def _pausing() -> contextlib.AbstractContextManager[None]:
     """Name LangGraph the resumer of the requests asked here, where it pauses natively.
 
     Without a checkpointer nothing pauses: the model is told, and the worker runs the
-    approved call itself (the plain `work` resumer).
+    approved call itself (the plain `work` resumer). The requests record the run's thread.
     """
-    return pausing_as(RESUMER) if can_interrupt() else contextlib.nullcontext()
+    return _paused_by_langgraph() if can_interrupt() else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _paused_by_langgraph() -> Iterator[None]:
+    with pausing_as(RESUMER), agent_run(**run_provenance()):
+        yield
 
 
 def _returned(
