@@ -20,6 +20,7 @@ from types import TracebackType
 from sagacity._history import SagaHistory
 from sagacity._lease_view import holder_gone, leases_of, pid_namespace
 from sagacity._offloop import finished_off_loop
+from sagacity._recent import recent_histories
 from sagacity.errors import JournalError, LeaseLostError, SagaBusyError
 from sagacity.journal import SideEffectJournal
 from sagacity.journal._lease import SagaLease
@@ -206,6 +207,10 @@ class LeaseKeeper:
         traceback: TracebackType | None,
     ) -> None:
         _renewer.let_go(self)
+        recent = recent_histories(self._journal)
+        if recent is not None:
+            for history in self._histories:
+                recent.keep(history)  # still leased: the journal holds this much, for now
         if self._must_release():
             assert self.lease is not None
             # Not released, it expires on its own: the next worker waits for that.
@@ -226,6 +231,15 @@ class LeaseKeeper:
         if self.lease is None or self.lease.head_seq != 0:
             return None
         return SagaHistory.of(self._saga_id, [])
+
+    @property
+    def known_history(self) -> SagaHistory | None:
+        """The saga's history at the lease's take, if known without a read (see `_recent`)."""
+        recent = recent_histories(self._journal)
+        empty = self.empty_history
+        if empty is not None or self.lease is None or recent is None:
+            return empty
+        return recent.history(self._saga_id, self.lease)
 
     def hold(self, history: SagaHistory) -> SagaHistory:
         """Make `history`'s appends fenced by this lease; return it."""

@@ -313,7 +313,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
             SagaStateError: The saga ended, or its journal records another starter.
         """
         with self._leased(saga_id, wait=wait) as keeper:
-            history = keeper.hold(self._history(saga_id))
+            history = keeper.hold(keeper.known_history or self._history(saga_id))
             if history.ended is not None:
                 raise SagaStateError(
                     f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
@@ -475,7 +475,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
 
         A saga run again has its doubts reconciled unless `settled` (resumes do it first).
         """
-        history = keeper.hold(history or keeper.empty_history or self._history(saga_id))
+        history = keeper.hold(history or keeper.known_history or self._history(saga_id))
         if not (resuming or settled) and history.entries and self._reconciling.registry:
             self._reconciling.settle(history, walking=False)
         if history.ended is not None and not (replay and seal_for_replay(history)):
