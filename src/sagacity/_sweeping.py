@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from sagacity import _telemetry
 from sagacity._decisions import WORK, DecisionOutcome
-from sagacity.errors import AppendConflictError, SagaBusyError, SagacityError
+from sagacity.approval import ApprovalRequest
+from sagacity.errors import AppendConflictError, ApprovalError, SagaBusyError, SagacityError
 
 if TYPE_CHECKING:
     from sagacity.saga import Sagacity
@@ -82,10 +83,14 @@ def sweep_due(
     logged and left to the next sweep.
     """
     done: list[SweepAction] = []
-    sagas = sorted({r.saga_id for r in sagacity.approvals.pending()})
-    for saga_id in sagas:
+    stored: dict[str, list[ApprovalRequest]] = {}
+    for request in sagacity.approvals.pending():
+        # A request that never expires has no time point: its saga's journal is not read.
+        if request.expires_at is not None:
+            stored.setdefault(request.saga_id, []).append(request)
+    for saga_id in sorted(stored):
         try:
-            done.extend(_sweep_saga(sagacity, saga_id, now, deny=deny))
+            done.extend(_sweep_saga(sagacity, saga_id, stored[saga_id], now, deny=deny))
         except SagaBusyError:
             continue  # its holder acts on it, or the next sweep does
         except AppendConflictError:
@@ -98,15 +103,26 @@ def sweep_due(
 
 
 def _sweep_saga(
-    sagacity: Sagacity, saga_id: str, now: datetime.datetime, *, deny: bool
+    sagacity: Sagacity,
+    saga_id: str,
+    stored: list[ApprovalRequest],
+    now: datetime.datetime,
+    *,
+    deny: bool,
 ) -> list[SweepAction]:
     approval = sagacity.approval
     history = approval.history(saga_id)
-    due = [
-        (r, what)
-        for r in approval.pending(saga_id, history=history)
-        if r.problem is None and (what := approval.due(r, history, now)) is not None
-    ]
+    due = []
+    for each in stored:
+        try:
+            request = approval.verified(each, history)
+        except ApprovalError:
+            continue  # a stored copy the journal refuses has no time points (pending says why)
+        what = approval.due(request, history, now)
+        if what is not None:
+            due.append((request, what))
+    if not deny:  # a denial is the worker's: nothing to take the lease for
+        due = [(r, what) for r, what in due if what != "deny"]
     if not due:
         return []
     done: list[SweepAction] = []
