@@ -53,7 +53,7 @@ def _finished(children: list[subprocess.Popen[str]]) -> list[str]:
     for child in children:
         out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
-        last.append(out.strip())
+        last.append(out.strip().splitlines()[-1] if out.strip() else "")
     return last
 
 
@@ -101,7 +101,8 @@ class TestGrantRaces:
         try:
             grant = sagacity.grant("pay", grantor="carol", max_calls=7, ttl=600)
             children = _consumers(pg_url, ledger)
-            assert all(line.startswith("asked p") for line in _finished(children))
+            last = _finished(children)
+            assert all(line.startswith("asked p") for line in last), last
 
             chain = sagacity.history(f"grant-{grant.grant_id}")
             assert [e.phase for e in chain] == [Phase.GRANTED] + [Phase.GRANT_USED] * 7
