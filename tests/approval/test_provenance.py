@@ -28,6 +28,8 @@ from sagacity import (
     compensable,
     verify,
 )
+from sagacity.adapter import agent_run, pausing_as
+from sagacity.approval._provenance import initiator
 from sagacity.audit._keys import PrivateKey, generate_key
 from sagacity.server import create_app
 from tests.approval._edit_row import edit_payload
@@ -157,6 +159,58 @@ class TestJustification:
 
         with pytest.raises(ConfigurationError, match=why):
             sagacity.wrap(act)
+
+
+AGENT = {
+    "by": "agent",
+    "adapter": "pydantic_ai",
+    "model": "gpt-4o<script>",
+    "run_id": "run-77",
+    "agent": "payouts",
+}
+
+
+def waiting_for_an_agent(sagacity: Sagacity, saga_id: str = "vault-1") -> None:
+    """A request asked as an adapter asks it: inside `pausing_as` and `agent_run`."""
+    sagacity.wrap(Vault())
+    tool = sagacity.tool("open_vault")
+    with (
+        pausing_as("pydantic_ai"),
+        agent_run(model="gpt-4o<script>", run_id="run-77", agent="payouts", thread_id=None),
+    ):
+        result = sagacity.saga(saga_id, lambda: tool(vault="V-1"))
+    assert result.outcome is SagaOutcome.AWAITING_APPROVAL
+
+
+class TestAgentRun:
+    def test_what_the_adapter_gives_is_recorded_and_none_is_left_out(
+        self, sagacity: Sagacity
+    ) -> None:
+        """The fields given are journaled with the adapter; a None field is not."""
+        waiting_for_an_agent(sagacity)
+        (asked,) = [e for e in sagacity.history("vault-1") if e.phase is Phase.AWAITING_APPROVAL]
+        assert asked.payload["initiated_by"] == AGENT
+        assert sagacity.pending("vault-1")[0].initiated_by == AGENT
+
+    def test_outside_an_agent_adapter_nothing_of_it_is_recorded(self, sagacity: Sagacity) -> None:
+        """Plain work inside `agent_run` is still the code's: no model is claimed."""
+        sagacity.wrap(Vault())
+        tool = sagacity.tool("open_vault")
+        with agent_run(model="gpt-4o"):
+            sagacity.saga("vault-2", lambda: tool(vault="V-1"))
+        (asked,) = [e for e in sagacity.history("vault-2") if e.phase is Phase.AWAITING_APPROVAL]
+        assert asked.payload["initiated_by"] == {"by": "code", "via": "work"}
+
+    def test_a_field_it_does_not_know_is_refused_and_long_values_are_cut(self) -> None:
+        """Only the documented fields; each at most 200 characters."""
+        with pytest.raises(ValueError, match="not \\['temperature'\\]"), agent_run(temperature="1"):
+            pass
+        with pausing_as("crewai"), agent_run(model="m" * 500, run_id=""):
+            assert initiator("crewai", None) == {
+                "by": "agent",
+                "adapter": "crewai",
+                "model": "m" * 200,
+            }
 
 
 class TestInitiator:
@@ -427,6 +481,49 @@ class TestFronts:
         entries = [json.loads(line) for line in exported.stdout.splitlines()]
         assert entries[0]["payload"]["initiated_by"] == {"by": "human", "principal": "alice"}
         assert entries[-1]["payload"]["justification"] == "ticket\u202e 9"
+
+
+class TestAgentAndChannelShown:
+    """The agent's model and run, and each decision's channel, on every front (SQLite)."""
+
+    def test_cli_api_inbox_and_export(self, tmp_path: Path) -> None:
+        url = f"sqlite:///{tmp_path / 'sagacity.db'}"
+        with Sagacity.from_url(url) as sagacity:
+            waiting_for_an_agent(sagacity)
+        approve = ["approve", "vault-1", "--approver", "bob", "--database", url]
+        (request,) = Sagacity.from_url(url).pending("vault-1")
+        done = run_cli(*approve, "--sha256", request.input_sha256, "--justification", "ok")
+        assert done.returncode == 0, done.stderr
+        agent_text = "the agent (pydantic_ai, model gpt-4o<script>, run id run-77, agent payouts)"
+        show = run_cli("show", "vault-1", "--database", url)
+        assert f"  seq 1 asked for open_vault, by {agent_text}\n" in show.stdout
+        assert " approved by bob at " in show.stdout
+        assert " via cli: ok" in show.stdout
+        table = run_cli("pending", "--saga", "vault-1", "--database", url)
+        assert "(bob via cli)" in table.stdout
+        detail = run_cli("pending", "--saga", "vault-1", "--json", "--database", url)
+        (document,) = [json.loads(line) for line in detail.stdout.splitlines()]
+        assert document["initiated_by"] == AGENT
+        assert document["approvals"][0]["via"] == "cli"
+        exported = run_cli("export", "--saga", "vault-1", "--database", url)
+        entries = [json.loads(line) for line in exported.stdout.splitlines()]
+        assert entries[-1]["payload"]["via"] == "cli"
+        assert entries[-1]["payload"]["initiated_by"] == AGENT
+        with Sagacity.from_url(url) as sagacity:
+            app = create_app(sagacity, token_auth())
+            with TestClient(app) as client:
+                (listed,) = client.get("/sagacity/approvals", headers=VIEWER).json()
+                assert listed["initiated_by"] == AGENT
+                assert listed["approvals"][0]["via"] == "cli"
+                form = client.get(f"{UI}/sign-in")
+                client.post(
+                    f"{UI}/sign-in",
+                    data={"csrf": _csrf(form.text), "token": "tok-bob", "next": ""},
+                )
+                page = client.get(f"{UI}/requests/{request.request_id}").text
+        assert '<code class="agent-model">gpt-4o&lt;script&gt;</code>' in page
+        assert '<code class="agent-run-id">run-77</code>' in page
+        assert 'via <span class="via">cli</span>' in page
 
 
 def _csrf(page: str) -> str:

@@ -342,6 +342,7 @@ def count_approvals(
             continue  # the same principal twice counts once
         seen.add(principal_key(approver))
         key_id, justification = payload.get("key_id"), payload.get("justification")
+        via = payload.get("via")
         valid.append(
             Approval(
                 approver=approver,
@@ -349,6 +350,7 @@ def count_approvals(
                 seq=entry.seq,
                 key_id=key_id if isinstance(key_id, str) else None,
                 justification=justification if isinstance(justification, str) else None,
+                via=via if isinstance(via, str) else None,
             )
         )
         last_valid = entry

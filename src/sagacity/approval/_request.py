@@ -28,6 +28,8 @@ class Approval:
     """The id of the key that signed it; None for an unsigned approval."""
     justification: str | None = None
     """Why the approver approved, in their words; None when they gave none."""
+    via: str | None = None
+    """The channel it came through (`cli`, `inbox`, …); None when not recorded."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,6 +142,7 @@ class ApprovalRequest:
                     "seq": a.seq,
                     "key_id": a.key_id,
                     **({} if a.justification is None else {"justification": a.justification}),
+                    **({} if a.via is None else {"via": a.via}),
                 }
                 for a in self.approvals
             ],

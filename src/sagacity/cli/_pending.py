@@ -65,6 +65,8 @@ def pending(args: argparse.Namespace) -> int:
                 f"{a.approver} at {a.approved_at}" for a in request.approvals
             )
         for approval in request.approvals:
+            if approval.via is not None:
+                state += f" ({approval.approver} via {visible(approval.via)})"
             if approval.justification is not None:
                 state += f" (why {approval.approver}: {visible(approval.justification)})"
         if request.problem is not None:

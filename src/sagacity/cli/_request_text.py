@@ -16,6 +16,7 @@ from collections.abc import Container, Sequence
 from sagacity._request_view import InputEdit, edits_of, gate_deadline
 from sagacity._unicode import escape_for_display
 from sagacity.approval import ApprovalRequest
+from sagacity.approval._provenance import AGENT_FIELDS
 from sagacity.cli._common import age
 from sagacity.errors import JournalError
 from sagacity.journal import JournalEntry, JsonValue, Phase
@@ -110,10 +111,16 @@ def state_text(request: ApprovalRequest) -> str:
 
 
 def initiator_text(initiated: dict[str, JsonValue]) -> str:
-    """`the agent (openai_agents)`, `alice` or `code (work)`: what made the call."""
+    """`the agent (pydantic_ai, model gpt-4o, run id 01j…)`, `alice` or `code (work)`."""
     by = initiated.get("by")
     if by == "agent":
-        return f"the agent ({visible(str(initiated.get('adapter')))})"
+        known = [visible(str(initiated.get("adapter")))]
+        known += [
+            f"{name.replace('_', ' ')} {visible(str(initiated[name]))}"
+            for name in AGENT_FIELDS
+            if isinstance(initiated.get(name), str)
+        ]
+        return f"the agent ({', '.join(known)})"
     if by == "human":
         return visible(str(initiated.get("principal")))
     return f"code ({visible(str(initiated.get('via')))})"
@@ -142,6 +149,8 @@ def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int])
         elif entry.phase in (Phase.APPROVED, Phase.REJECTED):
             who, done = payload.get("approver"), entry.phase.value.lower()
             line = f"seq {entry.seq} {done} by {visible(str(who))} at {entry.recorded_at}"
+            if isinstance(payload.get("via"), str):
+                line += f" via {visible(str(payload['via']))}"
             why = payload.get("justification", payload.get("reason"))
             if isinstance(why, str):
                 line += f": {visible(why)}"

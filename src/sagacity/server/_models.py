@@ -108,6 +108,9 @@ class ApprovalModel(_Model):
     """The key that signed the approval; null when unsigned."""
     justification: str | None = None
     """Why the approver approved, in their words; null when they gave none."""
+    via: str | None = None
+    """The channel it came through: python, cli, api, inbox, email, slack or an
+    application's own; null for an approval journaled before channels were recorded."""
 
 
 class EscalationModel(_Model):
@@ -149,8 +152,10 @@ class ApprovalRequestModel(_Model):
     approvals: list[ApprovalModel]
     problem: str | None = None
     initiated_by: dict[str, Any] | None = None
-    """What made the call: {"by": "agent", "adapter"}, {"by": "human", "principal"} or
-    {"by": "code", "via"}; null for a request journaled before it was recorded."""
+    """What made the call: {"by": "agent", "adapter"} (with what the framework exposes:
+    "model", "run_id", "thread_id", "trace_id", "invocation_id", "agent"), {"by":
+    "human", "principal"} or {"by": "code", "via"}; null for a request journaled before
+    it was recorded."""
     justification_required: bool = False
     """Every approval must give a justification."""
     remind_at: str | None = None
