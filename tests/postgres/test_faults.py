@@ -90,13 +90,21 @@ def terminate(admin: Admin, pid: int) -> None:
 
 
 def database_down(admin: Admin, database: str) -> None:
-    """What clients see of a restart: every session ended, new ones refused."""
+    """What clients see of a restart: every session ended, new ones refused.
+
+    Ended again until none is left: a session that was starting when connections were
+    refused (a pool growing), or slow to end on a loaded machine, is ended too.
+    """
     admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-    admin.execute(
-        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-        "WHERE datname = %s AND pid <> pg_backend_pid()",
-        (database,),
-    )
+    for _ in range(100):
+        row = admin.execute(
+            "SELECT count(*), bool_and(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+        if row is not None and row[0] == 0:
+            return
+    raise AssertionError(f"the sessions of {database} did not end")
 
 
 def database_up(admin: Admin, database: str) -> None:
