@@ -20,7 +20,7 @@ import pytest
 import rfc8785
 from fastapi.testclient import TestClient
 
-from sagacity import Escalator, Phase, Reversibility, Sagacity, compensable
+from sagacity import ApproverGroup, Escalator, Phase, Reversibility, Sagacity, compensable
 from sagacity.approval import InMemoryApprovalStore
 from sagacity.server import create_app
 from sagacity.server._email import EmailNotifier, SmtpSettings
@@ -290,6 +290,47 @@ class TestTheMessage:
         )
         assert "Expires:    2026-01-01T01:00:00Z" in reminder.text()
         assert "until 2026-01-01T01:00:00Z" in reminder.text()  # the link ends with it
+
+    def test_an_escalated_reminder_names_the_group_and_its_deadline(
+        self, mail: tuple[Inbox, int], links: ApprovalLinks, clock: FakeClock
+    ) -> None:
+        """After escalation, the reminder says to whom, and its link ends with their time."""
+        inbox, port = mail
+
+        @compensable(
+            reversibility=Reversibility.IRREVERSIBLE, remind_before=600, escalate_to="leads"
+        )
+        def refund(amount: str) -> str:
+            """Refund a customer."""
+            return "refunded"
+
+        with EmailNotifier(
+            SmtpSettings(host="127.0.0.1", port=port, security="none"),
+            sender="sagacity@bank.example",
+            links=links,
+            default_recipients=["ops@bank.example"],
+        ) as sender:
+            instance = Sagacity.from_url(
+                "memory://",
+                on_approval_request=sender,
+                on_approval_reminder=sender.remind,
+                approval_ttl=3600,
+                clock=clock,
+                approver_groups=[ApproverGroup(name="leads", members=["carol", "dave"], ttl=1800)],
+            )
+            (tool,) = instance.wrap(refund)
+            instance.saga("refund-2", lambda: tool(amount="40.00"))
+            inbox.next()
+            actions = []
+            for minutes in (51, 10, 21):  # reminded, escalated at 01:01, the leads reminded
+                clock.advance(minutes=minutes)
+                actions += [a.action for a in Escalator(instance).sweep()]
+            assert actions == ["reminded", "escalated", "reminded"]
+            assert "Escalated" not in inbox.next().text()
+            text = inbox.next().text()
+        assert "Escalated:  to leads (carol, dave): only their approvals count" in text
+        assert "Expires:    2026-01-01T01:31:00Z" in text
+        assert "until 2026-01-01T01:31:00Z" in text
 
 
 class TestSmtp:

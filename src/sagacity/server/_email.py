@@ -232,6 +232,8 @@ class EmailNotifier(Outbox[_Mail]):
         ]
         if facts.started_by is not None:
             lines.append(f"Started by: {facts.started_by} (cannot approve it)")
+        if facts.escalation is not None:
+            lines.append(f"Escalated:  {facts.escalation}")
         lines += [
             "",
             "The exact input, canonical JSON (RFC 8785; invisible characters shown as \\u "

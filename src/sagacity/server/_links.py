@@ -159,8 +159,8 @@ class ApprovalLinks:
     def expiry(self, request: ApprovalRequest, now: datetime.datetime) -> datetime.datetime:
         """When a link to `request` made at `now` expires (whole seconds, UTC)."""
         expires = now + self.lifetime
-        if request.expires_at is not None and request.expires_at < expires:
-            expires = request.expires_at
+        if request.deadline is not None and request.deadline < expires:
+            expires = request.deadline
         return datetime.datetime.fromtimestamp(int(expires.timestamp()), datetime.UTC)
 
     def _sign(self, body: str) -> str:

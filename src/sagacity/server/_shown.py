@@ -50,7 +50,9 @@ class RequestFacts:
     requested_at: str
     """When it was asked (RFC 3339)."""
     expires_at: str | None
-    """When it expires (RFC 3339), None for never."""
+    """When it expires (RFC 3339; its escalation's expiry once escalated), None for never."""
+    escalation: str | None
+    """Whom it escalated to, once it did (only their approvals count); None before."""
     approvals: str
     """How many approvals it has of how many it needs ("0 of 2")."""
     started_by: str | None
@@ -67,7 +69,13 @@ class RequestFacts:
             input_json=one_line(canonical_bytes(request.input).decode("utf-8")),
             input_sha256=request.input_sha256,
             requested_at=_when(request.requested_at),
-            expires_at=None if request.expires_at is None else _when(request.expires_at),
+            expires_at=None if request.deadline is None else _when(request.deadline),
+            escalation=None
+            if request.escalation is None
+            else one_line(
+                f"to {request.escalation.group} ({', '.join(request.escalation.members)}): "
+                "only their approvals count"
+            ),
             approvals=f"{len(request.approvals)} of {request.approvers_required}",
             started_by=None if request.started_by is None else one_line(request.started_by),
         )

@@ -86,6 +86,8 @@ def request_message(
     ]
     if facts.started_by is not None:
         details.append(f"Started by: {facts.started_by} (cannot approve it)")
+    if facts.escalation is not None:
+        details.append(f"Escalated {facts.escalation}")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(one_line(title, 150))},
         {"type": "section", "text": _plain("\n".join(details))},
