@@ -373,6 +373,41 @@ class TestSmtp:
             assert logins == [(b"sagacity", b"s3cret")]
             assert sender.delivered == 1
 
+    def test_ssl_from_the_first_byte(self, tmp_path: Path, bank: Bank) -> None:
+        """security="ssl": TLS before the greeting (port 465's way), the certificate checked."""
+        server_tls, client_tls = self_signed(tmp_path)
+        with smtp_server(ssl_context=server_tls) as (inbox, port):
+            links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
+            settings = SmtpSettings(
+                host="127.0.0.1", port=port, security="ssl", ssl_context=client_tls
+            )
+            with EmailNotifier(
+                settings, sender="sagacity@bank.example", links=links, default_recipients=["a@b.c"]
+            ) as sender:
+                instance = Sagacity.from_url("memory://", on_approval_request=sender)
+                instance.wrap(bank)
+                start_wire(instance, bank, "ssl-1")
+                received = inbox.next()
+            assert received.rcpt_tos == ["a@b.c"]
+            assert sender.delivered == 1
+
+    def test_starttls_is_never_dropped_for_plain_text(self, bank: Bank) -> None:
+        """A server that offers no STARTTLS gets nothing: no silent fall back to plain text."""
+        with smtp_server() as (inbox, port):
+            links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
+            with EmailNotifier(
+                SmtpSettings(host="127.0.0.1", port=port, security="starttls"),
+                sender="sagacity@bank.example",
+                links=links,
+                default_recipients=["a@b.c"],
+                retries=0,
+            ) as sender:
+                instance = Sagacity.from_url("memory://", on_approval_request=sender)
+                instance.wrap(bank)
+                start_wire(instance, bank, "plain-1")
+            assert (sender.delivered, sender.failed) == (0, 1)
+            assert inbox.empty()
+
     def test_a_dead_server_is_retried_then_given_up(
         self, bank: Bank, caplog: pytest.LogCaptureFixture
     ) -> None:
