@@ -29,7 +29,13 @@ from google.adk.agents.context import Context
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
-from sagacity.adapter import FinishedThenCancelled, current_scope, finished_off_loop, pausing_as
+from sagacity.adapter import (
+    FinishedThenCancelled,
+    agent_run,
+    current_scope,
+    finished_off_loop,
+    pausing_as,
+)
 from sagacity.annotations import Reversibility
 from sagacity.errors import (
     ApprovalError,
@@ -137,7 +143,7 @@ def _tool_function(tool: SagaTool) -> tuple[Callable[..., Any], SagaTool, str, b
         context = kwargs[context_name] if passes_context else kwargs.pop(context_name)
         call_id = _call_id(context)
         try:
-            with pausing_as(RESUMER):
+            with pausing_as(RESUMER), agent_run(**run_provenance(context)):
                 if journaled.is_async or not _threaded(context):
                     return await journaled.ainvoke(args, kwargs, call_id=call_id)
                 try:
@@ -227,7 +233,7 @@ class _ConfirmationPolicy:
                 # journal a refusal at each of ADK's checks).
                 return True
         try:
-            with pausing_as(RESUMER):
+            with pausing_as(RESUMER), agent_run(**run_provenance(context)):
                 waiting = await self.tool.apending_approval(args, call_args, call_id=call_id)
         except NoSagaError:
             # Outside a saga ADK holds the call for confirmation; should a confirmation
@@ -281,6 +287,20 @@ def _reason(payload: object) -> str:
     if isinstance(payload, dict):
         payload = payload.get("reason")
     return payload if isinstance(payload, str) else ""
+
+
+def run_provenance(context: Any) -> dict[str, str | None]:
+    """What ADK's `ToolContext` says of the run making a call, for `initiated_by`.
+
+    `invocation_id`: the invocation (one user turn's run); `agent`: the agent's name (ADK
+    says "unknown" when it has none: left out). The model is not recorded: the tool
+    context reaches the agent only through ADK's private invocation context.
+    """
+    name = getattr(context, "agent_name", None)
+    return {
+        "invocation_id": getattr(context, "invocation_id", None),
+        "agent": name if name != "unknown" else None,
+    }
 
 
 def _call_id(context: object) -> str | None:
