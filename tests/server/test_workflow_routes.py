@@ -145,6 +145,7 @@ class TestDeciding:
         assert len(served[2].lines()) == 3
         (entry,) = [e for e in served[0].history(RUN) if e.phase is Phase.APPROVED]
         assert entry.payload["approver"] == "alice"
+        assert entry.payload["via"] == "api"
 
     def test_approve_with_another_hash_is_a_conflict(
         self, client: TestClient, served: tuple[Sagacity, WorkflowRuntime, Ledger]
@@ -208,9 +209,10 @@ class TestDeciding:
         assert flow(body)[1] == ("wire", "REJECTED")
         assert served[2].lines() == ["reserve A-17 120.00", "release res-A-17"]
         (entry,) = [e for e in served[0].history(RUN) if e.phase is Phase.REJECTED]
-        assert (entry.payload["approver"], entry.payload["reason"]) == (
+        assert (entry.payload["approver"], entry.payload["reason"], entry.payload["via"]) == (
             "bob",
             "customer already refunded",
+            "api",
         )
 
     def test_no_gate_at_that_stage_is_404(
