@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING
 
 from sagacity._decision_log import DecisionLog, decisions_in
@@ -153,7 +154,7 @@ class DecisionEvents:
 
     # -- every saga ----------------------------------------------------------------------
 
-    def follow(self, *, timeout: float | None = None) -> Iterator[Decision]:
+    def follow(self, *, timeout: float | None = None) -> Generator[Decision, None, None]:
         """Yield each decision made from now on, in every saga, as it lands.
 
         "Now" is this call, not the first `next()`. Stops when `timeout` seconds pass
@@ -168,7 +169,7 @@ class DecisionEvents:
 
     def _following(
         self, watch: JournalWatch, started: datetime.datetime, timeout: float | None
-    ) -> Iterator[Decision]:
+    ) -> Generator[Decision, None, None]:
         seen: set[tuple[str, str, str]] = set()
         quiet_since = time.monotonic()
         try:
@@ -190,12 +191,19 @@ class DecisionEvents:
         """`follow` from async code: each look runs on a worker thread."""
         iterator = self.follow(timeout=timeout)
         done = object()
-        while True:
-            item = await asyncio.to_thread(next, iterator, done)
-            if item is done:
-                return
-            assert isinstance(item, Decision)
-            yield item
+        try:
+            while True:
+                item = await asyncio.to_thread(next, iterator, done)
+                if item is done:
+                    return
+                assert isinstance(item, Decision)
+                yield item
+        finally:
+            # Left early (a break, aclose, the loop's end): the follower's watch is closed
+            # now, not when the garbage collector finds the generator. A look still running
+            # on its thread (a cancel) cannot be closed; it ends at `close()`.
+            with contextlib.suppress(ValueError):
+                iterator.close()
 
     def _fresh(
         self, sagas: set[str], started: datetime.datetime, seen: set[tuple[str, str, str]]
