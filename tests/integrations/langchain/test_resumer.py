@@ -10,8 +10,10 @@ released and the agent is told no.
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from fastapi.testclient import TestClient
@@ -42,11 +44,23 @@ def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _close_checkpointers() -> Iterator[None]:
+    """Each test's graphs close their checkpoint connections when it ends."""
+    yield
+    while Paused.opened:
+        Paused.opened.pop().close()
+
+
 class Paused:
     """The graph of this process, paused on the wire in saga (and thread) `saga_id`."""
 
+    opened: ClassVar[list[sqlite3.Connection]] = []
+    """The checkpointers' connections of the graphs made in this test, for it to close."""
+
     def __init__(self, sagacity: Sagacity, checkpoints: Path, saga_id: str) -> None:
         self.graph = bank_graph(sagacity, str(checkpoints))
+        Paused.opened.append(self.graph.checkpointer.conn)
         self.config: Any = {"configurable": {"thread_id": saga_id}}
         result = sagacity.saga(saga_id, lambda: self.graph.invoke(REQUEST, self.config))
         assert result.outcome is SagaOutcome.AWAITING_APPROVAL
