@@ -8,9 +8,11 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from sagacity import Sagacity
 from tests.docs._blocks import ROOT, Example
 
 EXAMPLES = ROOT / "examples"
@@ -65,14 +67,31 @@ class PageRunner:
         self.module = types.ModuleType(name)
         self.capfd = capfd
         self.folder = folder
+        self._opened: list[Sagacity] = []
 
     def __enter__(self) -> PageRunner:
         # Registered, so that dataclasses, pydantic and pickle find the page's classes.
         sys.modules[self.module.__name__] = self.module
+        # Every Sagacity the page builds is kept, even one whose name a later block
+        # rebinds: the page's script ends at __exit__, which closes what it left open.
+        init = Sagacity.__init__
+        opened = self._opened
+
+        def kept(instance: Sagacity, *args: Any, **kwargs: Any) -> None:
+            init(instance, *args, **kwargs)
+            opened.append(instance)
+
+        self._init = init
+        Sagacity.__init__ = kept  # type: ignore[method-assign, assignment]
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         sys.modules.pop(self.module.__name__, None)
+        Sagacity.__init__ = self._init  # type: ignore[method-assign]
+        # What a reader's process would close as it exits is closed now, not left for
+        # the collector during a later test (Python 3.13 warns of each unclosed database).
+        while self._opened:
+            self._opened.pop().close()
 
     def run(self, example: Example) -> str:
         """Run one block; what it printed."""
