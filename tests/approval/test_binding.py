@@ -172,6 +172,7 @@ class TestWhatTheApproverSees:
                 "approved_at": entry.recorded_at,
                 "seq": entry.seq,
                 "key_id": None,
+                "via": "python",
             }
         ]
 
