@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
+from sagacity._chain_kind import refuse_grant_chain
 from sagacity._history import SagaHistory
 from sagacity._lease_view import holder_gone, leases_of, pid_namespace
 from sagacity._offloop import finished_off_loop
@@ -242,7 +243,13 @@ class LeaseKeeper:
         return recent.history(self._saga_id, self.lease)
 
     def hold(self, history: SagaHistory) -> SagaHistory:
-        """Make `history`'s appends fenced by this lease; return it."""
+        """Make `history`'s appends fenced by this lease; return it.
+
+        Raises:
+            SagaStateError: `history` is a standing grant's chain, which no saga action
+                may append to (see `_chain_kind`).
+        """
+        refuse_grant_chain(history.saga_id, history.entries)
         history.fence = self.lease
         self._histories.append(history)
         self._since.append(history.last_seq)

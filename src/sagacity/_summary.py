@@ -11,6 +11,10 @@ Entries are read in batches of consecutive sagas (`list_entries`), not saga by s
 first page of 50 sagas out of 10,000 costs about one query. A batch holding a row that
 cannot be read (edited outside sagacity) falls back to reading its sagas one at a time,
 so one broken saga is listed as `UNREADABLE` with the reason and the others as usual.
+
+A standing grant's chain (its first entry is GRANTED, see `_chain_kind`) is not a saga:
+the listings and the doubts leave it out (`sagacity grants` lists grants), and looked up by
+its id it has the status `GRANT`, never `OPEN`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+from sagacity._chain_kind import GRANT_STATUS, grant_id_of
 from sagacity._history import CONTROL_FLOW, OUTCOME_UNKNOWN, CallState, SagaHistory, payload_of
 from sagacity._verdicts import last_verdict
 from sagacity.approval._policy import recorded_starter
@@ -64,7 +69,8 @@ class SagaSummary:
     """The saga."""
     status: str
     """The outcome of its ENDED entry; for an open saga `AWAITING_APPROVAL` (a request
-    is open), else `OPEN`; `UNREADABLE` when its journal cannot be read."""
+    is open), else `OPEN`; `UNREADABLE` when its journal cannot be read; `GRANT` for a
+    standing grant's chain looked up by its id (never listed)."""
     entries: int
     """How many journal entries it has."""
     first_at: str | None
@@ -198,7 +204,17 @@ def _doubt(
 
 
 def summary_of(saga_id: str, entries: list[JournalEntry]) -> SagaSummary:
-    """Summarize a saga from its entries (in seq order)."""
+    """Summarize a saga from its entries (in seq order); a grant's chain is a `GRANT`."""
+    if grant_id_of(saga_id, entries) is not None:
+        return SagaSummary(
+            saga_id=saga_id,
+            status=GRANT_STATUS,
+            entries=len(entries),
+            first_at=entries[0].recorded_at,
+            last_at=entries[-1].recorded_at,
+            pending=0,
+            in_doubt=0,
+        )
     history = SagaHistory.of(saga_id, entries)
     status = _status(history)
     return SagaSummary(
@@ -325,6 +341,10 @@ def list_summaries(
     for scanned, (saga_id, entries) in enumerate(histories, start=1):
         if isinstance(entries, JournalError):
             summary = _unreadable(saga_id, entries)
+        elif grant_id_of(saga_id, entries) is not None:
+            if scanned >= budget and len(found) < limit:
+                return SummaryPage(summaries=found, next_cursor=saga_id)
+            continue  # a grant's chain: `sagacity grants` lists it
         else:
             summary = summary_of(saga_id, entries)
         if len(found) == limit:
@@ -352,12 +372,16 @@ def iter_doubts(journal: SideEffectJournal, *, saga_id: str | None = None) -> It
     """
     if saga_id is not None:
         entries = journal.entries(saga_id)
+        if grant_id_of(saga_id, entries) is not None:
+            return
         history = SagaHistory.of(saga_id, entries)
         yield from _doubts(history, _status(history))
         return
     for one, read in _iter_histories(journal, None):
         if isinstance(read, JournalError):
             continue  # listed UNREADABLE by list_summaries; verify names the row
+        if grant_id_of(one, read) is not None:
+            continue  # a grant's chain holds no call
         history = SagaHistory.of(one, read)
         yield from _doubts(history, _status(history))
 

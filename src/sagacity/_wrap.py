@@ -54,10 +54,14 @@ def wrap_sources(
     known: dict[str, SagaTool],
     registry: CompensationRegistry,
     reconcilers: ReconcilerRegistry | None = None,
+    declare: Callable[[list[SagaTool]], None] | None = None,
 ) -> list[SagaTool]:
     """Wrap what `Sagacity.wrap` is given; record the new tools in `known` and `registry`.
 
-    Their reconcilers go in `reconcilers`.
+    Their reconcilers go in `reconcilers`. `declare` is given every tool before any is
+    recorded (the approval lifecycle checks each one's escalation against this
+    Sagacity's TTL and groups): when it raises, nothing is recorded, and the tools
+    wrapped before stay as they were.
 
     A `SagaTool` that `owner` already made is returned as it is, in its place.
     """
@@ -97,6 +101,7 @@ def wrap_sources(
                 "compensable(name=...)"
             )
     tools: list[SagaTool] = []
+    made: list[tuple[DeclaredTool, SagaTool]] = []
     for group in groups:
         if isinstance(group, SagaTool):
             tools.append(group)
@@ -110,14 +115,18 @@ def wrap_sources(
                 reversibility=declared.reversibility,
                 retry=declared.retry,
             )
-            if declared.compensation is not None:
-                registry.register(declared.compensation)
-            if reconcilers is not None:
-                reconcilers.drop(declared.name)
-                for reconciler in declared.reconcilers:
-                    reconcilers.register(reconciler)
-            known[declared.name] = tool
+            made.append((declared, tool))
             tools.append(tool)
+    if declare is not None:
+        declare(tools)  # may refuse: nothing below has run yet
+    for declared, tool in made:
+        if declared.compensation is not None:
+            registry.register(declared.compensation)
+        if reconcilers is not None:
+            reconcilers.drop(declared.name)
+            for reconciler in declared.reconcilers:
+                reconcilers.register(reconciler)
+        known[declared.name] = tool
     return tools
 
 

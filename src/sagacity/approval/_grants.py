@@ -252,7 +252,10 @@ class StandingGrants:
         found = []
         now = self.now()
         for saga_id in self._chains():
-            grant = read_grant(self.journal.entries(saga_id), self.policy, now)
+            entries = self.journal.entries(saga_id)
+            if entries and entries[0].phase is not Phase.GRANTED:
+                continue  # an application's saga called grant-…, not a grant
+            grant = read_grant(entries, self.policy, now)
             if grant is not None and (tool_name is None or grant.tool_name == tool_name):
                 found.append(grant)
         found.sort(key=lambda g: (g.granted_at, g.grant_id), reverse=True)
@@ -324,6 +327,10 @@ class StandingGrants:
     ) -> dict[str, JsonValue] | None:
         for _ in range(_CONSUME_RETRIES):
             entries = self.journal.entries(chain)
+            if entries and entries[0].phase is not Phase.GRANTED:
+                # An application's saga called grant-…: never a grant, so never read again.
+                self._settled[chain[len(GRANT_PREFIX) :]] = ""
+                return None
             grant = read_grant(entries, self.policy, self.now())
             if grant is None:
                 return None

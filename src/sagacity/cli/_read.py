@@ -15,6 +15,7 @@ from typing import IO
 
 import orjson
 
+from sagacity._chain_kind import GRANT_STATUS
 from sagacity._display import journal_table
 from sagacity._history import SagaHistory
 from sagacity._lease_view import (
@@ -164,6 +165,8 @@ def _status_of(summary: SagaSummary, worker: Worker | None) -> set[str]:
 def _status_text(summary: SagaSummary, worker: Worker | None) -> str:
     if summary.problem is not None:
         return f"{summary.status} ({summary.problem})"
+    if summary.status == GRANT_STATUS:
+        return f"{GRANT_STATUS} (a standing grant's chain, not a saga: see sagacity grants)"
     if STALLED in _status_of(summary, worker):
         return f"{summary.status} ({STALLED}: no live worker)"
     return summary.status
