@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sagacity._chain_kind import refuse_grant_chain
 from sagacity._deciding import ApprovalDecisions
 from sagacity._granting import StandingApprovals
 from sagacity._history import SagaHistory
@@ -40,7 +39,6 @@ from sagacity.approval._policy import starter_for
 from sagacity.approval._resume import seal_for_replay
 from sagacity.compensation import CompensationRegistry, CompensationRunner
 from sagacity.errors import (
-    ApprovalNotFoundError,
     ConfigurationError,
     NestedSagaError,
     SagaNotFoundError,
@@ -200,14 +198,10 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         `ConfigurationError`. A `SagaTool` this Sagacity already made is returned as it
         is, in its place, so adapters take both.
         """
-        known, reconcilers = self._tools, self._reconciling.registry
+        known, registry, reconcilers = self._tools, self._registry, self._reconciling.registry
+        declare = self.approval.declare  # checks them all before any tool is recorded
         return wrap_sources(
-            self,
-            sources,
-            known=known,
-            registry=self._registry,
-            reconcilers=reconcilers,
-            declare=self.approval.declare,  # checked before any tool is recorded
+            self, sources, known=known, registry=registry, reconcilers=reconcilers, declare=declare
         )
 
     def tool(self, name: str) -> SagaTool:
@@ -418,11 +412,7 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
         self, saga_id: str, request_id: str | None
     ) -> tuple[ResumableCall, SagaTool, dict[str, Any]]:
         """The approved call to run without `work`, its tool, and its arguments rebuilt."""
-        try:
-            call = self.approval.resumable(saga_id, request_id)
-        except ApprovalNotFoundError:
-            refuse_grant_chain(saga_id, self.journal.entries(saga_id))  # say what it is
-            raise
+        call = self.approval.resumable(saga_id, request_id)
         tool = wrapped_tool(self._tools, call.request)
         return call, tool, rebuilt_arguments(tool, call.request)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from sagacity import _telemetry
+from sagacity._chain_kind import refuse_grant_chain
 from sagacity._decisions import current_resumer
 from sagacity._history import SagaHistory, payload_of
 from sagacity.annotations import declaration_of
@@ -363,9 +364,10 @@ class ApprovalLifecycle(RequestDecisions, RequestEscalation):
             ApprovalRejectedError: The request was rejected.
             ApprovalAlreadyUsedError: Its approved call ran already.
             ApprovalError: The stored request disagrees with the journal.
-            SagaStateError: The saga ended otherwise.
+            SagaStateError: The saga ended otherwise, or it is a standing grant's chain.
         """
         history = self.history(saga_id)
+        refuse_grant_chain(saga_id, history.entries)  # no request: say what it is instead
         refuse_ended_resume(history, request_id)
         return ResumableCall(request=self.pending_in(history, request_id))
 
