@@ -43,6 +43,8 @@ class TestExportedMembers:
             "Decision", "DecisionOutcome", "Resumer", "Worker",
             # Reminders and escalation at a request's time points:
             "ApproverGroup", "Escalation", "Escalator", "SweepAction",
+            # Standing approvals, as Sagacity.grant, grants and revoke return them:
+            "StandingGrant",
         }  # fmt: skip
 
     def test_compensation_is_the_decorator(self) -> None:

@@ -20,6 +20,7 @@ from sagacity.approval import (
     SqliteApprovalStore,
 )
 from sagacity.approval._escalation import ApproverGroup, Escalation
+from sagacity.approval._grant_chain import StandingGrant
 from sagacity.audit import VerificationReport, verify
 from sagacity.compensation import CallRef, CompensationContext, CompensationReport
 from sagacity.errors import (
@@ -135,6 +136,7 @@ __all__ = [
     "SideEffectJournal",
     "SqliteApprovalStore",
     "SqliteJournal",
+    "StandingGrant",
     "SweepAction",
     "Verdict",
     "VerificationReport",
