@@ -57,7 +57,10 @@ def test_api_approval_is_signed_and_runs(
         call_id=request["call_id"],
         tool_name=request["tool_name"],
         request_seq=request["seq"],
+        version=3,
+        via="api",
     )
+    assert (payload["signature_version"], payload["via"]) == (3, "api")
     assert key.public.verify(data, payload["signature"])
     assert response.json()["request"]["approvals"][0]["key_id"] == key.key_id
     assert signed_client.post("/sagacity/sagas/sig-1/resume", headers=OLGA).status_code == 200
