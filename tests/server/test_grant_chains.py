@@ -86,3 +86,17 @@ class TestGrantChainsInTheInbox:
                 assert used.grant_id not in page.text
                 assert unused.grant_id not in page.text
             assert "w-1" in client.get("/sagacity/ui/sagas").text
+
+    def test_a_chains_page_offers_no_compensation(self, sagacity: Sagacity, bank: Bank) -> None:
+        """An operator sees the chain as a GRANT, verified, with no Compensate button."""
+        used, _ = _grants(sagacity)
+        app = create_app(sagacity, token_auth())
+        with TestClient(app) as client:
+            sign_in(client, "tok-olga")
+            page = client.get("/sagacity/ui/saga", params={"id": f"grant-{used.grant_id}"})
+            assert page.status_code == 200, page.text
+            assert 'id="outcome">GRANT</span>' in page.text
+            assert "chain verified: 2 entries" in page.text
+            assert 'id="compensate"' not in page.text
+            saga = client.get("/sagacity/ui/saga", params={"id": "w-1"})
+            assert 'id="outcome">COMPLETED</span>' in saga.text

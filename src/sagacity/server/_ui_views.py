@@ -12,6 +12,7 @@ from urllib.parse import quote
 import orjson
 
 from sagacity import ReconcileSubject
+from sagacity._chain_kind import GRANT_STATUS
 from sagacity._history import payload_of
 from sagacity._ids import require_id
 from sagacity._lease_view import Worker, is_stalled, workers_of
@@ -217,7 +218,7 @@ def saga_view(sagacity: Sagacity, saga_id: str, base: str) -> dict[str, Any]:
             f"{found['subject']} {found['call_id']}: {verdict_text(found)}"
             for found in findings(entries)
         ],
-        "can_compensate": status != "COMPLETED" and bool(entries),
+        "can_compensate": status not in ("COMPLETED", GRANT_STATUS) and bool(entries),
         "timeline": timeline(entries, policy=sagacity.approval.policy),
         "error": read_error,
         "events": f"saga={quote(saga_id, safe='')}&v={inbox_version(items, entries)}",
