@@ -68,9 +68,9 @@ def server_url(sagacity: Sagacity) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    """A headless chromium, driven by Playwright."""
+    """One headless chromium for the session, driven by Playwright: each test opens a context."""
     executable = chromium_path()
     from playwright.sync_api import sync_playwright
 

@@ -1,6 +1,6 @@
 """The inbox's Grants page in a real browser: grant, watch the budget, revoke, refusals.
 
-One chromium serves every test of this module (started once, a new context per test).
+One chromium serves every test (the session's, from the conftest), a new context per test.
 """
 
 from __future__ import annotations
@@ -12,33 +12,16 @@ import pytest
 
 from sagacity import Phase, Sagacity, SagaOutcome
 from tests.server._bank import Bank, start_wire
-from tests.server.browser.conftest import chromium_path
 
 pytestmark = pytest.mark.slow
 
 XSS = '<img src=x onerror="window.__xss=1">'
 
 
-@pytest.fixture(scope="session")
-def chromium() -> Iterator[Any]:
-    """One headless chromium for the session, driven by Playwright."""
-    executable = chromium_path()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=["--no-sandbox"]
-        )
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
 @pytest.fixture
-def page(chromium: Any, server_url: str) -> Iterator[Any]:
+def page(browser: Any, server_url: str) -> Iterator[Any]:
     """A fresh context signed in as ben (an approver), its page errors collected."""
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
     opened.errors = []
     opened.on("pageerror", lambda error: opened.errors.append(str(error)))
