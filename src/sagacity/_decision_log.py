@@ -121,6 +121,7 @@ def _decision_on(
             outcome = DecisionOutcome.REJECTED
         approver = said.get("approver")
         reason = said.get("reason")
+        via = said.get("via")
         return decided(
             outcome=outcome,
             decided_by=approver if isinstance(approver, str) else None,
@@ -128,6 +129,7 @@ def _decision_on(
             seq=rejected.seq,
             reason=reason if isinstance(reason, str) else None,
             replaced_by=replaced_by,
+            via=via if isinstance(via, str) else None,
         )
     try:
         verified = verified_request(request, history, log.policy)
@@ -143,6 +145,7 @@ def _decision_on(
             decided_at=_time(completing.approved_at),
             seq=completing.seq,
             approvers=tuple(a.approver for a in counted.valid),
+            via=completing.via,
         )
     deadline = verified.deadline
     if deadline is not None and now >= deadline and history.ended is None:

@@ -75,6 +75,9 @@ class Decision:
     """For REJECTED: the reason given; for EXPIRED: a sentence saying when it expired."""
     replaced_by: str | None = None
     """For EDITED: the id of the new request."""
+    via: str | None = None
+    """The channel the deciding entry journaled (`"inbox"`, `"cli"`, `"slack"`, ...); None
+    for an expiry, or an entry journaled before channels were recorded."""
     resumer: str = WORK
     """The name of the resumer that continues the paused run, journaled with the request
     by whoever paused it: an adapter's name (e.g. `"langgraph"`, `"openai_agents"`,
@@ -102,6 +105,7 @@ class Decision:
             "approvers": list(self.approvers),
             "reason": self.reason,
             "replaced_by": self.replaced_by,
+            "via": self.via,
             "resumer": self.resumer,
         }
 

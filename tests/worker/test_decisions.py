@@ -71,19 +71,21 @@ class TestReadingDecisions:
             input={"amount": 100, "to": "acme"},
             input_sha256=request.input_sha256,
             approvers=("alice",),
+            via="python",
             resumer="work",
         )
         assert decision.to_json()["outcome"] == "approved"
 
     def test_a_rejection_is_a_decision_with_its_reason(self, paused: Sagacity) -> None:
         """REJECTED carries the principal and the reason given."""
-        paused.reject("w-1", approver="bob", reason="wrong account")
+        paused.reject("w-1", approver="bob", reason="wrong account", via="slack")
         with DecisionEvents(paused) as events:
             decision = events.wait("w-1", timeout=5)
-        assert (decision.outcome, decision.decided_by, decision.reason) == (
+        assert (decision.outcome, decision.decided_by, decision.reason, decision.via) == (
             DecisionOutcome.REJECTED,
             "bob",
             "wrong account",
+            "slack",
         )
 
     def test_an_edit_is_a_decision_naming_the_new_request(self, paused: Sagacity) -> None:

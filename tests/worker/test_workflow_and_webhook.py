@@ -106,7 +106,7 @@ class TestWebhookDecisions:
             receiver.wait_for(2)  # the two requests
             notifier.announce_decisions(mine, poll_interval=0.02)
             with Sagacity.from_url(url) as theirs:
-                theirs.approve("hook-1", approver="alice")
+                theirs.approve("hook-1", approver="alice", via="cli")
                 assert theirs.reject("hook-2", approver="bob", reason="no").outcome in (
                     SagaOutcome.COMPENSATED,
                     SagaOutcome.NEEDS_ATTENTION,
@@ -126,5 +126,5 @@ class TestWebhookDecisions:
                 timestamp=int(headers["webhook-timestamp"]),
             )
         by_saga = {json.loads(body)["saga_id"]: json.loads(body) for _, body in decided}
-        assert by_saga["hook-1"]["decided_by"] == "alice"
-        assert by_saga["hook-2"]["reason"] == "no"
+        assert (by_saga["hook-1"]["decided_by"], by_saga["hook-1"]["via"]) == ("alice", "cli")
+        assert (by_saga["hook-2"]["reason"], by_saga["hook-2"]["via"]) == ("no", "python")
