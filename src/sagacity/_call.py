@@ -38,7 +38,7 @@ from sagacity.journal import JournalEntry, JsonValue, Phase, sha256_hex
 from sagacity.journal._canonical import copy_json
 from sagacity.journal._group import AppendWithdrawn, CommittedThenCancelled
 
-__all__ = ["PAUSE", "REPLAY", "RUN", "Call"]
+__all__ = ["PAUSE", "REPLAY", "RUN", "Call", "read_under_lease"]
 
 _CONFLICT_RETRIES = 8
 """How often an approved call re-checks after another writer appended to its saga first."""
@@ -248,6 +248,8 @@ class Call(CallOutcome):
         tool, scope = self.tool, self.scope
         if tool.approval_reason is not None:
             return False
+        if self.call_id in scope.history.asked:
+            return False  # asked before: entries stay, so a read now would say the same
         approval = scope.owner.approval
         rule = approval.rules.get(tool.name)
         scope.refresh()  # a request another process journaled for this call decides it
@@ -292,10 +294,19 @@ class Call(CallOutcome):
         appended only if the journal is still as the check read it; if another worker
         appended first, the check runs again on what it wrote, so the approved call runs
         once.
+
+        The first check reads the journal again, unless the saga was opened to resume
+        this very call from a journal read under the lease, and nothing was appended since
+        (`read_under_lease`): the approval was seen there, and the INTENT's `expected_seq`
+        refuses it if anything was appended since that read (a rejection, another
+        worker's INTENT, a takeover), which sends the check round again on a fresh read.
         """
         scope = self.scope
+        fresh = _READ_UNDER_LEASE.pop(scope, None) == (self.call_id, scope.history.last_seq)
         for _ in range(_CONFLICT_RETRIES):
-            scope.refresh()  # the approval may have been recorded by another process
+            if not fresh:
+                scope.refresh()  # the approval may have been recorded by another process
+            fresh = False
             scope.refuse_if_ended(f"IRREVERSIBLE tool {self.tool.name!r} is not run")
             try:
                 self.request = self._asked_request()
@@ -450,6 +461,20 @@ class Call(CallOutcome):
 
 _TAKEN_AHEAD: weakref.WeakKeyDictionary[SagaScope, dict[str, tuple[str, dict[str, JsonValue]]]]
 _TAKEN_AHEAD = weakref.WeakKeyDictionary()
+
+
+_READ_UNDER_LEASE: weakref.WeakKeyDictionary[SagaScope, tuple[str, int]]
+_READ_UNDER_LEASE = weakref.WeakKeyDictionary()
+
+
+def read_under_lease(scope: SagaScope, call_id: str) -> None:
+    """Note that `scope` was opened, from the journal read under its lease, to run `call_id`.
+
+    The call's approval check then uses that read instead of reading again, once, if
+    nothing was appended to `scope.history` since (see `Call._begin_approved`).
+    """
+    with scope.lock:
+        _READ_UNDER_LEASE[scope] = (call_id, scope.history.last_seq)
 
 
 def _taken_ahead(scope: SagaScope) -> dict[str, tuple[str, dict[str, JsonValue]]]:

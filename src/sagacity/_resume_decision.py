@@ -2,10 +2,12 @@
 
 The journal is read again once the lease is held, and the decision is acted on only if
 it still waits (`awaiting_resume`): of the workers that raced for it, the one that got
-the lease first resumes, and the others find nothing left to do. The steps are the
-facade's own (`Sagacity.resume_saga` and the compensation walk), taken under one lease
-so that the check and the act cannot be split by another worker; this module reaches
-into the facade for them rather than widen its public surface.
+the lease first resumes, and the others find nothing left to do. The read that found the
+decision stands for that read when the lease's take proves nothing was appended since
+(`SagaLease.head_seq` is its last seq): entries never change or go, and seqs have no
+gaps. The steps are the facade's own (`Sagacity.resume_saga` and the compensation walk),
+taken under one lease so that the check and the act cannot be split by another worker;
+this module reaches into the facade for them rather than widen its public surface.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity._call import read_under_lease
 from sagacity._decision_log import EXPIRY, DecisionLog, awaiting_resume
 from sagacity._decisions import Decision, DecisionOutcome, Resumer
 from sagacity._history import SagaHistory
@@ -67,8 +70,13 @@ class DecisionResume:
 
     # -- sync ----------------------------------------------------------------------------
 
-    def resume(self, decision: Decision, resumer: Resumer | None) -> SagaResult | None:
+    def resume(
+        self, decision: Decision, resumer: Resumer | None, *, read: SagaHistory | None = None
+    ) -> SagaResult | None:
         """Act on `decision` if the journal, read under the lease, says it still waits.
+
+        `read` is the history the decision was found in, if any: used as the read under
+        the lease when nothing was appended since (see `_under_lease`).
 
         Returns None when there was nothing left to do (another worker did it).
 
@@ -77,7 +85,9 @@ class DecisionResume:
         """
         s = self.sagacity
         with self._lease(decision.saga_id) as keeper:
-            history = s._history(decision.saga_id)
+            history = self._under_lease(keeper, read)
+            if history is None:
+                history = s._history(decision.saga_id)
             if history.ended is None and s._reconciling.registry:
                 # A doubt a reconciler here can settle is settled before the decision is read.
                 s._reconciling.settle(keeper.hold(history), walking=False)
@@ -100,6 +110,7 @@ class DecisionResume:
                         raise error
                 return result
             scope = s._open(decision.saga_id, keeper, resuming=True, history=history)
+            self._approved_from(scope, current)
             return s._ending.finish(scope, *run_in(scope, self._work(scope, current, resumer)))
 
     def _work(
@@ -123,11 +134,15 @@ class DecisionResume:
 
     # -- async ---------------------------------------------------------------------------
 
-    async def aresume(self, decision: Decision, resumer: Resumer | None) -> SagaResult | None:
+    async def aresume(
+        self, decision: Decision, resumer: Resumer | None, *, read: SagaHistory | None = None
+    ) -> SagaResult | None:
         """`resume` from async code: an async resumer or stored tool is awaited here."""
         s = self.sagacity
         async with self._lease(decision.saga_id) as keeper:
-            history = await asyncio.to_thread(s._history, decision.saga_id)
+            history = self._under_lease(keeper, read)
+            if history is None:
+                history = await asyncio.to_thread(s._history, decision.saga_id)
             if history.ended is None and s._reconciling.registry:
                 await s._reconciling.asettle(keeper.hold(history), walking=False)
             current = self.waiting(history)
@@ -158,6 +173,7 @@ class DecisionResume:
             scope = await asyncio.to_thread(
                 s._open, decision.saga_id, keeper, resuming=True, history=history
             )
+            self._approved_from(scope, current)
             work = self._awork(scope, current, resumer)
             return await s._ending.afinish(scope, *await arun_in(scope, work))
 
@@ -190,6 +206,33 @@ class DecisionResume:
 
     def _lease(self, saga_id: str) -> LeaseKeeper:
         return self.sagacity._leased(saga_id, opening=True)
+
+    @staticmethod
+    def _under_lease(keeper: LeaseKeeper, read: SagaHistory | None) -> SagaHistory | None:
+        """`read`, if it is the whole journal at the lease's take; None when it must be read.
+
+        The lease is taken at the saga's head (its last seq, read with the lease): a read
+        that holds seq 1 to that head, with no gap, is what a read now would return, since
+        entries are never changed or removed. Anything appended since the read (an
+        approval, a rejection, another worker, a takeover's TAKEN_OVER) moved the head. A
+        history already held under a lease, or a journal that does not say its head, is
+        read again.
+        """
+        lease = keeper.lease
+        if read is None or lease is None or lease.head_seq is None or read.fence is not None:
+            return None
+        entries = read.entries
+        if len(entries) != lease.head_seq or read.last_seq != lease.head_seq:
+            return None
+        if any(entry.seq != seq for seq, entry in enumerate(entries, start=1)):
+            return None
+        return read
+
+    @staticmethod
+    def _approved_from(scope: SagaScope, decision: Decision) -> None:
+        """Note that the approved call runs from the journal just read under the lease."""
+        if decision.outcome is DecisionOutcome.APPROVED:
+            read_under_lease(scope, decision.call_id)
 
     def _stored(self, decision: Decision, history: SagaHistory) -> tuple[SagaTool, dict[str, Any]]:
         """The approved call's tool and its journaled input, for a saga of plain code.

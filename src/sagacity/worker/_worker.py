@@ -270,9 +270,11 @@ class Worker:
             if self._resume.needs_async(decision, resumer):
                 if self._loop is None:
                     self._loop = asyncio.new_event_loop()
-                result = self._loop.run_until_complete(self._resume.aresume(decision, resumer))
+                result = self._loop.run_until_complete(
+                    self._resume.aresume(decision, resumer, read=history)
+                )
             else:
-                result = self._resume.resume(decision, resumer)
+                result = self._resume.resume(decision, resumer, read=history)
         finally:
             self._resuming = None
         if result is None:
