@@ -19,6 +19,7 @@ from sagacity import (
     SagaOutcome,
     SagaResult,
     SagaTool,
+    StandingGrant,
     Verdict,
     VerificationReport,
     compensable,
@@ -95,3 +96,13 @@ def settle_by_hand(sagacity: Sagacity) -> JournalEntry:
         evidence="ch-1",
         evidence_sha256="0" * 64,
     )
+
+
+def grant_ahead(sagacity: Sagacity) -> list[str | None]:
+    grant: StandingGrant = sagacity.grant(
+        "pay", grantor="carol", max_calls=3, ttl=3600, match={"payee": {"equals": "ACME"}}
+    )
+    left: int = sagacity.get_grant(grant.grant_id).remaining_calls
+    assert left >= 0
+    revoked: StandingGrant = sagacity.revoke(grant.grant_id, revoked_by="dave")
+    return [g.remaining_amount for g in sagacity.grants("pay")] + [revoked.revoked_by]
