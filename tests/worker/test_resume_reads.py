@@ -8,12 +8,14 @@ conditional append fail, and the check runs again on a fresh read.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from sagacity import Phase, Sagacity, Worker
+from sagacity import Phase, Reversibility, Sagacity, Worker, compensable
+from sagacity.errors import ApprovalRejectedError
 from sagacity.journal import JournalEntry
 from tests.worker._shop import Shop, pause
 
@@ -77,6 +79,18 @@ class _Traced:
         journal.entries = counted  # type: ignore[method-assign]
         journal.acquire_lease = acquired  # type: ignore[method-assign]
         journal.append = appending  # type: ignore[method-assign]
+        aacquire = getattr(journal, "aacquire_lease", None)
+        if aacquire is not None:  # PostgreSQL takes the lease of an async resume on its loop
+
+            async def aacquired(saga: str, *args: Any, **kwargs: Any) -> Any:
+                if saga == saga_id and self.before_lease is not None:
+                    self.before_lease()
+                lease = await aacquire(saga, *args, **kwargs)
+                if saga == saga_id and self.after_lease is not None:
+                    self.after_lease()
+                return lease
+
+            journal.aacquire_lease = aacquired  # type: ignore[attr-defined]
         self.worker.resume = resuming  # type: ignore[method-assign]
 
 
@@ -104,8 +118,11 @@ def _reject_raw(sagacity: Sagacity, saga_id: str) -> Callable[[], None]:
 
 
 def _wire_intents(sagacity: Sagacity, saga_id: str) -> list[JournalEntry]:
+    """The INTENTs of the approved call's tool (`wire`, or the async `send`)."""
     return [
-        e for e in sagacity.history(saga_id) if e.phase is Phase.INTENT and e.tool_name == "wire"
+        e
+        for e in sagacity.history(saga_id)
+        if e.phase is Phase.INTENT and e.tool_name in ("wire", "send")
     ]
 
 
@@ -216,3 +233,43 @@ class TestAppendedAfterTheRead:
         traced.worker.run_once()
         assert "wire 100 to acme" not in shop.log
         assert len(_wire_intents(sagacity, "r-1")) == 1  # the other writer's alone
+
+
+class _AsyncShop:
+    """An IRREVERSIBLE tool of async code: the worker resumes it through `aresume`."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    @compensable(reversibility=Reversibility.IRREVERSIBLE)
+    async def send(self, to: str) -> str:
+        """Send a payment."""
+        self.log.append(f"send to {to}")
+        return "sent"
+
+
+class TestAsyncResume:
+    def test_an_async_call_resumes_on_the_read_that_found_it(self, store_url: str) -> None:
+        """The async resume uses the worker's read too; a rejection after the lease stops it."""
+        shop = _AsyncShop()
+        with Sagacity.from_url(store_url) as sagacity:
+            sagacity.wrap(shop)
+            send = sagacity.tool("send")
+            for saga in ("a-1", "a-2"):
+
+                async def work() -> str:
+                    return str(await send(to="acme"))
+
+                result = asyncio.run(sagacity.asaga(saga, work))
+                assert result.outcome.value == "AWAITING_APPROVAL", result
+                sagacity.approve(saga, approver="alice")
+            traced = _Traced(sagacity, "a-1")
+            assert traced.worker.resume("a-1") is True
+            assert shop.log == ["send to acme"]
+            assert traced.reads == 1
+            rejected = _Traced(sagacity, "a-2")
+            rejected.after_lease = _reject_raw(sagacity, "a-2")
+            with pytest.raises(ApprovalRejectedError):
+                rejected.worker.resume("a-2")
+            assert shop.log == ["send to acme"]
+            assert _wire_intents(sagacity, "a-2") == []
