@@ -140,6 +140,11 @@ def _mutations(request_id: str) -> dict[str, tuple[str, dict[str, Any]]]:
             "/sagacity/sagas/m-1/calls/doubt-1/resolve",
             {"executed": False},
         ),
+        "/sagacity/grants": (
+            "/sagacity/grants",
+            {"tool_name": "send_wire_transfer", "max_calls": 1, "ttl_seconds": 60},
+        ),
+        "/sagacity/grants/{grant_id}/revoke": ("/sagacity/grants/" + "0" * 32 + "/revoke", {}),
     }
 
 
@@ -204,6 +209,7 @@ class TestEveryRouteNeedsAPrincipal:
             assert "'vic'" in response.json()["message"]
         assert sagacity.journal.entries("m-1") == before
         assert bank.log == ["reserve sku-m-1"]
+        assert list(sagacity.grants()) == []  # no grant was journaled either
 
     def test_reads_need_a_token_too(self, client: TestClient, waiting: str) -> None:
         """Every GET route but the health check is 401 without a token."""
@@ -216,6 +222,7 @@ class TestEveryRouteNeedsAPrincipal:
             "/sagacity/doubts",
             "/sagacity/export",
             "/sagacity/events",
+            "/sagacity/grants",
         ):
             assert client.get(url).status_code == 401, url
 
