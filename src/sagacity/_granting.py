@@ -75,13 +75,18 @@ class StandingApprovals:
                 f"tool {tool_name!r}: a grant needs an expiry: give expires_at or ttl, one of them"
             )
         if ttl is not None:
-            if isinstance(ttl, int | float) and not isinstance(ttl, bool):
-                ttl = datetime.timedelta(seconds=ttl)
-            if not isinstance(ttl, datetime.timedelta):
+            try:
+                if isinstance(ttl, int | float) and not isinstance(ttl, bool):
+                    ttl = datetime.timedelta(seconds=ttl)
+                if not isinstance(ttl, datetime.timedelta):
+                    raise ApprovalInputError(
+                        f"tool {tool_name!r}: ttl must be seconds or a timedelta, not {ttl!r}"
+                    )
+                expires_at = self.approval.now() + ttl
+            except (OverflowError, ValueError):  # NaN, or past the last datetime
                 raise ApprovalInputError(
-                    f"tool {tool_name!r}: ttl must be seconds or a timedelta, not {ttl!r}"
-                )
-            expires_at = self.approval.now() + ttl
+                    f"tool {tool_name!r}: ttl {ttl!r} is not a length of time a grant can last"
+                ) from None
         assert expires_at is not None
         return grants_of(self.approval).grant(
             tool_name,

@@ -162,6 +162,10 @@ class TestConstraints:
             ({"max_amount": 100}, "go together"),
             ({"max_amount": -1, "amount_field": "amount"}, "at least 0"),
             ({"ttl": -5}, "past"),
+            ({"ttl": float("nan")}, "not a length of time"),
+            ({"ttl": 86_400_000_000_000.0}, "not a length of time"),
+            ({"started_by": " bob"}, "started_by"),
+            ({"started_by": ""}, "started_by"),
         ],
     )
     def test_malformed_terms_are_refused(

@@ -10,12 +10,20 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from sagacity import Phase, Sagacity
 from sagacity.server import Principal, TokenAuth, create_app
 from tests.server._bank import TOKENS, Bank, bearer, start_wire
 
 FUZZER = bearer("tok-fuzz")
+
+SEMANTIC_TERMS = {"POST /sagacity/grants"}
+"""Operations whose valid bodies may still be refused: a grant's terms must name one
+expiry (`expires_at` or `ttl_seconds`), in the future, and an amount limit with its
+field, which the schema does not say. They are held to every other check here (no 5xx,
+responses as documented, invalid bodies refused), and tests/server/test_grants.py tests
+the terms themselves."""
 
 
 @pytest.fixture
@@ -64,7 +72,9 @@ def test_no_server_error_and_responses_conform(api_schema: Any) -> None:
             )
             @given(case=operation.as_strategy(generation_mode=mode))
             def run(case: Any) -> None:
-                case.call_and_validate(headers=FUZZER)
+                semantic = case.operation.label in SEMANTIC_TERMS
+                excluded = [positive_data_acceptance] if semantic else []
+                case.call_and_validate(headers=FUZZER, excluded_checks=excluded)
 
             try:
                 run()

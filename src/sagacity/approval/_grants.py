@@ -130,7 +130,10 @@ class StandingGrants:
         require_name(grantor, "grantor")
         require_id(tool_name, "tool name")
         if started_by is not None:
-            require_name(started_by, "started_by")
+            try:
+                require_name(started_by, "started_by")
+            except ValueError as error:
+                raise ApprovalInputError(f"tool {tool_name!r}: {error}") from None
             if principal_key(started_by) == principal_key(grantor):
                 raise SelfApprovalError(
                     f"tool {tool_name!r}: {grantor!r} cannot grant a standing approval for "
