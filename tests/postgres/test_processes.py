@@ -67,6 +67,8 @@ class TestApprovalAcrossProcesses:
                 "request_id": request_id,
                 "approver": "alice@example.com",
                 "input_sha256": input_sha,
+                "via": "python",  # approved by the second process's own code
+                "initiated_by": {"by": "code", "via": "work"},
             }
             assert history[2].payload == {
                 "input": wire_input,
