@@ -1,7 +1,7 @@
 """An approval e-mail's link in a real browser: sign in, land on the request, approve.
 
 The mail goes through aiosmtpd on loopback; the server is uvicorn over SQLite; the
-browser is Debian's chromium, started once for the session.
+browser is Debian's chromium, started once for the module.
 """
 
 from __future__ import annotations
@@ -38,9 +38,13 @@ INBOX_URL = "https://approvals.bank.example/sagacity/ui"
 LINK = re.compile(re.escape(INBOX_URL) + r"/links/[A-Za-z0-9_.-]+")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """One headless chromium for the session."""
+    """One headless chromium for this module.
+
+    Not for the session: Playwright's sync API keeps an event loop running on the main
+    thread while it is open (see tests/server/browser/conftest.py).
+    """
     executable = chromium_path()
     from playwright.sync_api import sync_playwright
 

@@ -68,9 +68,13 @@ def server_url(sagacity: Sagacity) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless chromium for the session, driven by Playwright: each test opens a context."""
+    """One headless chromium per test module, driven by Playwright: each test opens a context.
+
+    Not one per session: Playwright's sync API keeps an event loop running on the main
+    thread while it is open, which would refuse every async test run after it there.
+    """
     executable = chromium_path()
     from playwright.sync_api import sync_playwright
 

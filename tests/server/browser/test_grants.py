@@ -1,6 +1,6 @@
 """The inbox's Grants page in a real browser: grant, watch the budget, revoke, refusals.
 
-One chromium serves every test (the session's, from the conftest), a new context per test.
+One chromium serves every test of the module (the conftest's), a new context per test.
 """
 
 from __future__ import annotations
