@@ -7,12 +7,6 @@ from typing import Any
 
 import pytest
 import schemathesis
-
-# What `as_strategy` imports lazily is imported here, at collection: imported inside a
-# Hypothesis run (which raises the recursion limit), pytest's rewrite of this plugin's
-# module failed on Python 3.11 with "SystemError: AST constructor recursion depth
-# mismatch", and the tests after it in that worker found an event loop still running.
-import schemathesis.specs.openapi._hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
