@@ -11,6 +11,7 @@ logged: the request itself is in the journal and the store, and the inbox lists 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import queue
@@ -52,7 +53,7 @@ class Outgoing(Protocol):
 ItemT = TypeVar("ItemT", bound=Outgoing)
 
 
-class Outbox(Generic[ItemT]):
+class Outbox(abc.ABC, Generic[ItemT]):
     """A bounded queue of items and the one thread that sends them, retrying failures.
 
     Args:
@@ -190,6 +191,6 @@ class Outbox(Generic[ItemT]):
         """More to name in the give-up log (", " and the detail), or nothing."""
         return ""
 
+    @abc.abstractmethod
     def _attempt(self, item: ItemT) -> str:
-        """Send `item` once; the problem, or "" when it was delivered."""
-        raise NotImplementedError
+        """Send `item` once; the problem, or "" when it was delivered (each channel's own)."""
