@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sagacity import ConfigurationError, Reversibility, Sagacity, compensable
+from sagacity import ApproverGroup, ConfigurationError, Reversibility, Sagacity, compensable
 from sagacity.testing import memory_sagacity
 from sagacity.workflows import (
     CheckContext,
@@ -369,3 +369,114 @@ def test_a_tool_wrapped_later_under_a_stage_tool_name(sagacity: Sagacity) -> Non
     runtime.start("later", 1, run_id="l-1")
     assert runtime.reject_gate("l-1", "b", "bob", "no").status is WorkflowStatus.COMPENSATED
     assert undone == ["the stage's own"]
+
+
+def _payout(escalate_to: str, *, log: list[str]) -> type:
+    """A fresh class of workflow 'all-or-nothing' whose gate escalates to `escalate_to`."""
+
+    @workflow("all-or-nothing")
+    class Payout:
+        @stage(order=1)
+        @compensable(by="release")
+        def hold(self, amount: int) -> int:
+            log.append(f"hold {amount}")
+            return amount
+
+        def release(self) -> None:
+            log.append("release")
+
+        @stage(order=2)
+        @gate(reason="money leaves", timeout_seconds=600, escalate_to=escalate_to)
+        def pay(self, amount: int) -> int:
+            log.append(f"pay {amount}")
+            return amount
+
+    return Payout
+
+
+class TestAllOrNothing:
+    """A refused declaration registers nothing: the corrected one is built as if first."""
+
+    @pytest.fixture
+    def grouped(self) -> Sagacity:
+        return Sagacity.from_url(
+            "memory://",
+            approver_groups=[ApproverGroup(name="leads", members=["carol"], ttl=600)],
+        )
+
+    def test_a_refused_gate_leaves_no_stage_registered(self, grouped: Sagacity) -> None:
+        """The gate of stage 2 is refused: stage 1's undo, names and owner are not kept."""
+        log: list[str] = []
+        refused(grouped, _payout("nobody", log=log), match=r"stage 'pay'.*'nobody'")
+        assert grouped._registry.get("all-or-nothing.hold") is None
+        assert grouped._registry.reserved_by("all-or-nothing.hold") is None
+        assert grouped._registry.reserved_by("all-or-nothing") is None
+
+        @compensable(by=lambda: None, name="all-or-nothing.hold")
+        def hold(amount: int) -> int:
+            return amount
+
+        # The name is free: no half-built workflow holds it.
+        (wrapped,) = memory_sagacity().wrap(hold)  # control: the name itself is valid
+        assert grouped.wrap(hold)[0].name == wrapped.name == "all-or-nothing.hold"
+
+    def test_the_corrected_declaration_is_built_after_a_refusal(self, grouped: Sagacity) -> None:
+        """A new class under the same name, its gate fixed, builds and runs; its gate escalates."""
+        log: list[str] = []
+        refused(grouped, _payout("nobody", log=log), match=r"escalate_to='nobody'")
+        runtime = WorkflowRuntime(grouped, [_payout("leads", log=log)])
+        paused = runtime.start("all-or-nothing", 7, run_id="aon-1")
+        assert paused.status is WorkflowStatus.PAUSED_AT_GATE
+        assert grouped.approval.escalations["all-or-nothing.pay"].escalate_to is not None
+        rejected = runtime.reject_gate("aon-1", "pay", "carol", "no")
+        assert rejected.status is WorkflowStatus.COMPENSATED
+        assert log == ["hold 7", "release"]
+
+    def test_a_refused_workflow_of_a_runtime_registers_none_of_the_others(
+        self, grouped: Sagacity
+    ) -> None:
+        """Two workflows, the second refused: the first is not registered either."""
+
+        @workflow("first-of-two")
+        class First:
+            @stage(order=1)
+            @compensable(by="undo")
+            def only(self, x: int) -> int:
+                return x
+
+            def undo(self) -> None:
+                """Undo."""
+
+        @workflow("first-of-two")
+        class Other:
+            @stage(order=1)
+            def only(self, x: int) -> int:
+                return -x
+
+        refused(grouped, First, _payout("nobody", log=[]), match=r"'nobody'")
+        assert grouped._registry.get("first-of-two.only") is None
+        # Had First been registered, another class under its name would be refused.
+        other = WorkflowRuntime(grouped, [Other])
+        assert other.start("first-of-two", 3, run_id="fot-1").result == -3
+
+    def test_a_refused_stage_escalation_registers_nothing(self, grouped: Sagacity) -> None:
+        """A stage's own `compensable(escalate_to=)` refused: no stage of it is registered."""
+
+        @workflow("own-escalation")
+        class OwnEscalation:
+            @stage(order=1)
+            @compensable(by="undo")
+            def first(self, x: int) -> int:
+                return x
+
+            def undo(self) -> None:
+                """Undo."""
+
+            @stage(order=2)
+            @compensable(reversibility=Reversibility.IRREVERSIBLE, escalate_to="nobody")
+            def second(self, x: int) -> int:
+                return x
+
+        refused(grouped, OwnEscalation, match=r"stage 'second': tool 'own-escalation.second'")
+        assert grouped._registry.get("own-escalation.first") is None
+        assert grouped._registry.reserved_by("own-escalation.second") is None

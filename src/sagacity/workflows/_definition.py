@@ -17,12 +17,13 @@ import math
 import re
 import typing
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sagacity._ids import WORKFLOW_START_CALL
-from sagacity._wrap import collect_tools
+from sagacity._wrap import DeclaredTool, collect_tools
 from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
+from sagacity.approval._escalation import gate_escalation, tool_escalation
 from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
@@ -35,7 +36,16 @@ from sagacity.workflows._declare import (
     workflow_of,
 )
 
-__all__ = ["START_CALL", "StageDefinition", "WorkflowDefinition", "define", "nothing_to_undo"]
+__all__ = [
+    "START_CALL",
+    "PlannedWorkflow",
+    "StageDefinition",
+    "WorkflowDefinition",
+    "define",
+    "nothing_to_undo",
+    "plan",
+    "register",
+]
 
 START_CALL = WORKFLOW_START_CALL
 """The call id of a run's start: the call of the workflow's own tool, with the input."""
@@ -133,8 +143,51 @@ class WorkflowDefinition:
         )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class _PlannedTool:
+    """A stage's (or a start's) journaled tool, checked and not yet registered."""
+
+    declared: DeclaredTool
+    """What `collect_tools` found: its compensation and reconcilers are registered."""
+    tool: SagaTool
+    """The tool that runs it."""
+    where: str
+    """Names it in errors, and as the holder of its tool name."""
+    gate: GateDeclaration | None = None
+    """The stage's gate (checked); None: no gate, or a run's start."""
+    is_stage: bool = True
+    """Whether it is a stage: a stage's gate (or its absence) is declared on registering."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class PlannedWorkflow:
+    """A workflow whose every declaration was checked, nothing of it registered yet."""
+
+    definition: WorkflowDefinition
+    """The definition the runtime runs, once registered."""
+    owner: type
+    """The workflow's class: the one class that workflow name stands for on the Sagacity."""
+    tools: tuple[_PlannedTool, ...]
+    """Its start's and stages' tools, to register."""
+
+
 def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
+    """Check a `workflow` class (or an object of one), then register its stages' tools.
+
+    All or nothing: a wrong declaration raises before anything is registered.
+
+    Raises:
+        ConfigurationError: A declaration is wrong: see `WorkflowRuntime`.
+    """
+    (definition,) = register(sagacity, [plan(sagacity, source)])
+    return definition
+
+
+def plan(sagacity: Sagacity, source: object) -> PlannedWorkflow:
     """Check a `workflow` class (or an object of one) and make its stages into tools.
+
+    Registers nothing on `sagacity` (see `register`): a declaration refused leaves the
+    `Sagacity` as it was, so the corrected declaration can be registered after.
 
     Raises:
         ConfigurationError: A declaration is wrong: see `WorkflowRuntime`.
@@ -164,14 +217,20 @@ def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
             f"workflow {name!r} ({cls.__qualname__}): a workflow name is 1 to 48 letters, "
             "digits, '_' or '-'"
         )
-    where = f"workflow {name!r} ({cls.__qualname__})"
-    owners = _OWNERS.setdefault(sagacity, {})
-    if owners.setdefault(name, cls) is not cls:
+    if not isinstance(declaration.description, str):
         raise ConfigurationError(
-            f"two workflows are named {name!r} on this Sagacity ({owners[name].__qualname__} "
+            f"workflow {name!r} ({cls.__qualname__}): description must be text, not "
+            f"{declaration.description!r}"
+        )
+    where = f"workflow {name!r} ({cls.__qualname__})"
+    owner = _OWNERS.get(sagacity, {}).get(name, cls)
+    if owner is not cls:
+        raise ConfigurationError(
+            f"two workflows are named {name!r} on this Sagacity ({owner.__qualname__} "
             f"and {cls.__qualname__}); give each workflow its own name"
         )
-    stages = _stages(sagacity, cls, instance, name, where)
+    planned = _stages(sagacity, cls, instance, name, where)
+    stages = [stage for stage, _ in planned]
     timeouts = {s.name: s.timeout_seconds for s in stages if s.timeout_seconds}
     start_call = _start_function(name, [s.name for s in stages], timeouts)
     start_call.__doc__ = declaration.description or f"A run of workflow {name!r}."
@@ -181,14 +240,49 @@ def define(sagacity: Sagacity, source: object) -> WorkflowDefinition:
         name=name,
         compensation_idempotent=True,  # an undo that does nothing is never in doubt
     )
-    start = _journaled(sagacity, start_call, None, where)
-    return WorkflowDefinition(
-        name=name,
-        description=declaration.description,
-        instance=instance,
-        stages=tuple(stages),
-        start=start,
+    start = _journaled(sagacity, start_call, None, where, is_stage=False)
+    return PlannedWorkflow(
+        definition=WorkflowDefinition(
+            name=name,
+            description=declaration.description,
+            instance=instance,
+            stages=tuple(stages),
+            start=start.tool,
+        ),
+        owner=cls,
+        tools=(start, *(tool for _, tool in planned)),
     )
+
+
+def register(sagacity: Sagacity, planned: Sequence[PlannedWorkflow]) -> list[WorkflowDefinition]:
+    """Register checked workflows on `sagacity`: their stages' compensations, gates and names.
+
+    The approval lifecycle checks every tool's escalation before it records any; it is
+    the only step that can still refuse, and it comes first, so a refusal registers
+    nothing. Everything after it was checked by `plan`.
+
+    Raises:
+        ConfigurationError: A stage's `compensable(remind_before=, escalate_to=)` cannot
+            apply on this `Sagacity`.
+    """
+    tools = [planned_tool for workflow in planned for planned_tool in workflow.tools]
+    # As `wrap` does: `approvers=N` and a stage's own escalation hold for the stage.
+    sagacity.approval.declare([planned_tool.tool for planned_tool in tools])
+    for planned_tool in tools:
+        if planned_tool.is_stage:
+            sagacity.approval.declare_gate(
+                planned_tool.tool.name, planned_tool.gate, where=planned_tool.where
+            )
+        declared = planned_tool.declared
+        if declared.compensation is not None:
+            sagacity._registry.register(declared.compensation)
+        sagacity._registry.reserve(declared.name, planned_tool.where)
+        for reconciler in declared.reconcilers:  # asked about the stage's doubts, as for a tool
+            sagacity._reconciling.registry.register(reconciler)
+    owners = _OWNERS.setdefault(sagacity, {})
+    for workflow in planned:
+        owners[workflow.definition.name] = workflow.owner
+    return [workflow.definition for workflow in planned]
 
 
 def nothing_to_undo() -> None:
@@ -210,7 +304,7 @@ def _start_function(name: str, stages: list[str], timeouts: dict[str, float]) ->
 
 def _stages(
     sagacity: Sagacity, cls: type, instance: object, name: str, where: str
-) -> list[StageDefinition]:
+) -> list[tuple[StageDefinition, _PlannedTool]]:
     found: list[tuple[int, str, Callable[..., Any]]] = []
     for attribute in sorted(dir(cls)):
         func = inspect.getattr_static(cls, attribute, None)
@@ -264,7 +358,7 @@ def _stage(
     name: str,
     func: Callable[..., Any],
     where: str,
-) -> StageDefinition:
+) -> tuple[StageDefinition, _PlannedTool]:
     here = f"{where}: stage {name!r}"
     method = getattr(instance, func.__name__)
     if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
@@ -285,17 +379,26 @@ def _stage(
     reason = None
     if gate is not None:
         reason = gate.reason or f"workflow {workflow_name!r} waits at the gate before {name!r}"
-    tool = _tool(sagacity, instance, method, tool_name, reason, here)
-    sagacity.approval.declare_gate(tool_name, gate, where=here)
-    return StageDefinition(
+    if gate is not None:  # checked here: registering must not refuse half-way
+        gate_escalation(
+            tool_name,
+            gate.remind_before,
+            gate.escalate_to,
+            timeout_seconds=gate.timeout_seconds,
+            groups=sagacity.approval.policy.groups,
+            where=here,
+        )
+    planned = _tool(sagacity, instance, method, tool_name, reason, here, gate)
+    definition = StageDefinition(
         name=name,
         order=order,
-        tool=tool,
+        tool=planned.tool,
         parameter=parameter,
         annotation=hints.get(parameter, Any),
         gate=gate,
         checks=checks,
     )
+    return definition, planned
 
 
 def _first_order(instance: object) -> int:
@@ -380,8 +483,9 @@ def _tool(
     tool_name: str,
     reason: str | None,
     here: str,
-) -> SagaTool:
-    """The stage's method as a journaled tool named `tool_name`."""
+    gate: GateDeclaration | None,
+) -> _PlannedTool:
+    """The stage's method as a journaled tool named `tool_name`, not yet registered."""
     call = _forwarding(method)
     # No @compensable: the stage declares no effect, so there is nothing to undo. It is
     # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything; a
@@ -412,7 +516,7 @@ def _tool(
         reconcile=_bound(instance, declaration.reconcile),
         reconcile_compensation=_bound(instance, declaration.reconcile_compensation),
     )
-    return _journaled(sagacity, call, reason, here)
+    return _journaled(sagacity, call, reason, here, gate=gate)
 
 
 def _bound(instance: object, given: Any) -> Any:
@@ -424,14 +528,20 @@ def _bound(instance: object, given: Any) -> Any:
 
 
 def _journaled(
-    sagacity: Sagacity, call: Callable[..., Any], reason: str | None, here: str
-) -> SagaTool:
+    sagacity: Sagacity,
+    call: Callable[..., Any],
+    reason: str | None,
+    here: str,
+    *,
+    gate: GateDeclaration | None = None,
+    is_stage: bool = True,
+) -> _PlannedTool:
     """A journaled tool of `call`, its declaration checked as `wrap` checks it.
 
     Not wrapped into `sagacity`'s tools: a stage runs only inside its run, in order. Were
     it wrapped, `Sagacity.resume_saga(run_id)` without work would run an approved gated
     stage alone and end the run COMPLETED with the later stages never run; unwrapped, it
-    refuses. Only its compensation is registered, for the walk.
+    refuses. Only its compensation is registered, for the walk (by `register`).
     """
     try:
         (declared,) = collect_tools([call])
@@ -444,11 +554,18 @@ def _journaled(
             f"{here}: a tool named {declared.name!r} is wrapped in this Sagacity already; "
             "rename the tool, the workflow or the stage"
         )
-    if declared.compensation is not None:
-        sagacity._registry.register(declared.compensation)
-    sagacity._registry.reserve(declared.name, here)
-    for reconciler in declared.reconcilers:  # asked about the stage's doubts, as for a tool
-        sagacity._reconciling.registry.register(reconciler)
+    own = declaration_of(declared.func)
+    if own is not None:  # what `register` asks the approval lifecycle, checked first
+        try:
+            tool_escalation(
+                declared.name,
+                own.remind_before,
+                own.escalate_to,
+                ttl=sagacity.approval.ttl,
+                groups=sagacity.approval.policy.groups,
+            )
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{here}: {error}") from error
     tool = SagaTool(
         sagacity,
         declared.func,
@@ -458,8 +575,7 @@ def _journaled(
         retry=declared.retry,
         approval_reason=reason,
     )
-    sagacity.approval.declare([tool])  # as `wrap` does: `approvers=N` holds for the stage
-    return tool
+    return _PlannedTool(declared=declared, tool=tool, where=here, gate=gate, is_stage=is_stage)
 
 
 def _forwarding(method: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,7 +16,13 @@ from sagacity.approval._check import journaled_request
 from sagacity.errors import ConfigurationError, SagaNotFoundError
 from sagacity.saga import Sagacity
 from sagacity.workflows._declare import workflow_of
-from sagacity.workflows._definition import START_CALL, WorkflowDefinition, define
+from sagacity.workflows._definition import (
+    START_CALL,
+    PlannedWorkflow,
+    WorkflowDefinition,
+    plan,
+    register,
+)
 from sagacity.workflows._state import WorkflowHandle, WorkflowStatus, read_run
 
 __all__ = ["WorkflowRuns"]
@@ -36,18 +42,23 @@ class WorkflowRuns:
     def __init__(self, sagacity: Sagacity, workflows: Iterable[object]) -> None:
         self.sagacity = sagacity
         """The `Sagacity` the runs are sagas of."""
-        self._definitions: dict[str, WorkflowDefinition] = {}
+        planned: dict[str, PlannedWorkflow] = {}
         for source in workflows:
             cls = source if isinstance(source, type) else type(source)
             declared = workflow_of(cls)
-            if declared is not None and declared.name in self._definitions:
-                other = type(self._definitions[declared.name].instance).__qualname__
+            if declared is not None and declared.name in planned:
+                other = planned[declared.name].owner.__qualname__
                 raise ConfigurationError(
                     f"two workflows are named {declared.name!r} ({other} and "
                     f"{cls.__qualname__}); give each workflow its own name"
                 )
-            definition = define(sagacity, source)
-            self._definitions[definition.name] = definition
+            checked = plan(sagacity, source)
+            planned[checked.definition.name] = checked
+        # Every workflow is checked before any is registered: a runtime refused leaves
+        # the Sagacity as it was, and the corrected runtime can be built on it.
+        self._definitions: dict[str, WorkflowDefinition] = {
+            d.name: d for d in register(sagacity, list(planned.values()))
+        }
 
     @property
     def workflows(self) -> tuple[str, ...]:
