@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from sagacity.annotations import Reversibility
 from sagacity.approval import ApprovalLifecycle
 from sagacity.approval._grants import StandingGrant, grants_of
 from sagacity.errors import ApprovalInputError
+
+if TYPE_CHECKING:
+    from sagacity.tools import SagaTool
 
 __all__ = ["StandingApprovals"]
 
@@ -21,6 +26,7 @@ class StandingApprovals:
     """`Sagacity.grant`, `revoke` and `grants`."""
 
     approval: ApprovalLifecycle
+    _tools: dict[str, SagaTool]
 
     def grant(
         self,
@@ -67,9 +73,13 @@ class StandingApprovals:
 
         Raises:
             SelfApprovalError: `started_by` is the grantor.
-            ApprovalInputError: The terms are malformed, or the expiry is missing or past.
+            ApprovalInputError: The terms are malformed, or the expiry is missing or past;
+                or the tool is wrapped here and a grant could not cover its calls (it is
+                not IRREVERSIBLE, needs more than one approver, or needs a justification
+                and no reason is given) or has no argument a constraint names.
             ConfigurationError: Approvals must be signed and this Sagacity cannot sign.
         """
+        self._check_tool(tool_name, match, amount_field, reason)
         if (expires_at is None) == (ttl is None):
             raise ApprovalInputError(
                 f"tool {tool_name!r}: a grant needs an expiry: give expires_at or ttl, one of them"
@@ -100,6 +110,50 @@ class StandingApprovals:
             reason=reason,
             via=via,
         )
+
+    def _check_tool(
+        self,
+        tool_name: str,
+        match: Mapping[str, Any] | None,
+        amount_field: str | None,
+        reason: str | None,
+    ) -> None:
+        """Refuse a grant that could never cover a call of a tool wrapped here.
+
+        A process that does not hold the tool (the CLI, a server without `--tools`) cannot
+        tell, and journals the grant as given: a call it does not fit asks as before.
+        """
+        tool = getattr(self, "_tools", {}).get(tool_name)
+        if tool is None:
+            return
+        why = None
+        if tool.reversibility is not Reversibility.IRREVERSIBLE or tool.approval_reason:
+            why = "its calls never ask for an approval a grant could stand for"
+            if tool.approval_reason:
+                why = "every call of it asks a human (a workflow gate)"
+        elif self.approval.declared_approvers.get(tool_name, 1) > 1:
+            why = (
+                f"each call needs {self.approval.declared_approvers[tool_name]} different "
+                "approvers, and a grant is one grantor's approval"
+            )
+        elif tool_name in self.approval.justification_required and not (reason or "").strip():
+            why = "its approvals must give a justification: give the grant a reason"
+        if why is not None:
+            raise ApprovalInputError(
+                f"tool {tool_name!r} ({tool.reversibility.name}): the grant is refused: {why}"
+            )
+        parameters = tool.signature.parameters.values()
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            return  # any name may be an argument
+        known = [p.name for p in parameters if p.name not in tool.excluded]
+        named = list(match or {}) + ([amount_field] if amount_field is not None else [])
+        for field in named:
+            if field not in known:
+                raise ApprovalInputError(
+                    f"tool {tool_name!r} has no argument {field!r} (it takes "
+                    f"{', '.join(known) or 'none'}): a grant constraining it would cover "
+                    "no call"
+                )
 
     def revoke(
         self,

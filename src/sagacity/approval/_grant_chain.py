@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sagacity._history import payload_of
 from sagacity._unicode import principal_key
-from sagacity.errors import ApprovalInputError
+from sagacity.errors import ApprovalInputError, SerializationError
 from sagacity.journal import GENESIS_HASH, JournalEntry, JsonValue, Phase
 from sagacity.journal._canonical import canonical_bytes, copy_json
 
@@ -32,6 +32,7 @@ __all__ = [
     "checked_terms",
     "covered_amount",
     "grant_signed_bytes",
+    "granted_problem",
     "read_grant",
     "rfc3339",
 ]
@@ -44,6 +45,9 @@ _MAX_FIELDS = 32
 
 _MAX_ONE_OF = 1000
 """How many values one allow-list may hold."""
+
+_MAX_SAFE_INT = 2**53 - 1
+"""The largest whole number a journal entry holds exactly (RFC 8785's range)."""
 
 logger = logging.getLogger("sagacity")
 
@@ -171,7 +175,7 @@ def read_grant(
     grant_id = saga_id[len(GRANT_PREFIX) :]
     grantor = payload.get("grantor")
     if problem is None:
-        problem = _granted_problem(first, grant_id, policy)
+        problem = granted_problem(first, grant_id, policy)
     if problem is not None or not isinstance(terms, dict) or not isinstance(grantor, str):
         return _unverifiable(saga_id, first, problem or "its GRANTED entry is malformed")
     used_calls = 0
@@ -264,7 +268,7 @@ def _chain_problem(entries: list[JournalEntry]) -> str | None:
     return None
 
 
-def _granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) -> str | None:
+def granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) -> str | None:
     """Why the GRANTED entry is not a grant this process trusts; None when it is."""
     if first.phase is not Phase.GRANTED:
         return f"its first entry is {first.phase.name}, not GRANTED"
@@ -300,9 +304,13 @@ def checked_terms(terms: Mapping[str, Any]) -> None:
     for field, constraint in match.items():
         _checked_constraint(field, constraint)
     max_calls = terms.get("max_calls")
-    if isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1:
+    if (
+        isinstance(max_calls, bool)
+        or not isinstance(max_calls, int)
+        or not 1 <= max_calls <= _MAX_SAFE_INT
+    ):
         raise ApprovalInputError(
-            f"max_calls must be a whole number of at least 1, not {max_calls!r}"
+            f"max_calls must be a whole number from 1 to {_MAX_SAFE_INT}, not {max_calls!r}"
         )
     max_amount, amount_field = terms.get("max_amount"), terms.get("amount_field")
     if (max_amount is None) != (amount_field is None):
@@ -310,7 +318,10 @@ def checked_terms(terms: Mapping[str, Any]) -> None:
             "max_amount and amount_field go together: name the argument that holds the amount"
         )
     if max_amount is not None and (not _is_number(max_amount) or _decimal(max_amount) < 0):
-        raise ApprovalInputError(f"max_amount must be a number of at least 0, not {max_amount!r}")
+        raise ApprovalInputError(
+            f"max_amount must be a number of at least 0 (a whole one at most {_MAX_SAFE_INT}), "
+            f"not {max_amount!r}"
+        )
     if amount_field is not None and (not isinstance(amount_field, str) or not amount_field):
         raise ApprovalInputError(f"amount_field must name an argument, not {amount_field!r}")
     expires_at = terms.get("expires_at")
@@ -334,6 +345,10 @@ def _checked_constraint(field: object, constraint: object) -> None:
             f"{{'min': a, 'max': b}}, not {constraint!r}"
         )
     keys = set(constraint)
+    try:
+        canonical_bytes(constraint)
+    except SerializationError as error:
+        raise ApprovalInputError(f"the constraint on {field!r} is not JSON: {error}") from None
     if keys == {"equals"}:
         return
     if keys == {"one_of"}:
@@ -347,7 +362,8 @@ def _checked_constraint(field: object, constraint: object) -> None:
         for bound in keys:
             if not _is_number(constraint[bound]):
                 raise ApprovalInputError(
-                    f"the {bound} of {field!r} must be a number, not {constraint[bound]!r}"
+                    f"the {bound} of {field!r} must be a number (a whole one at most "
+                    f"{_MAX_SAFE_INT}), not {constraint[bound]!r}"
                 )
         low, high = constraint.get("min"), constraint.get("max")
         if low is not None and high is not None and _decimal(low) > _decimal(high):
@@ -407,9 +423,12 @@ def covered_amount(
 
 
 def _is_number(value: object) -> bool:
+    """A JSON number a journal entry holds exactly: finite, a whole one within ±(2**53 - 1)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
-    return not isinstance(value, float) or (value == value and abs(value) != float("inf"))
+    if isinstance(value, int):
+        return -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT
+    return value == value and abs(value) != float("inf")
 
 
 def _decimal(value: JsonValue) -> decimal.Decimal:
@@ -424,7 +443,18 @@ def _text(value: decimal.Decimal) -> str:
 
 
 def rfc3339(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """`moment` in UTC, as RFC 3339 with microseconds.
+
+    Raises:
+        ApprovalInputError: In UTC it falls outside the years 1 to 9999 (late on
+            9999-12-31 in a zone west of UTC).
+    """
+    try:
+        return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except OverflowError:
+        raise ApprovalInputError(
+            f"{moment.isoformat()} is past the last time a journal holds (9999-12-31 UTC)"
+        ) from None
 
 
 def _parse_time(text: str) -> datetime.datetime:

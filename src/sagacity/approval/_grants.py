@@ -28,7 +28,7 @@ import datetime
 import decimal
 import uuid
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sagacity._history import payload_of
@@ -65,6 +65,24 @@ _CONSUME_RETRIES = 16
 """How often a call re-reads a grant after another writer appended to its chain first."""
 
 
+def _json_amount(tool_name: str, max_amount: decimal.Decimal) -> int | float:
+    """A Decimal maximum as the JSON number that holds it exactly; refused when none does."""
+    if not max_amount.is_finite():  # NaN, sNaN, Infinity: compared, some of them raise
+        raise ApprovalInputError(
+            f"tool {tool_name!r}: max_amount must be a number of at least 0, not {max_amount}"
+        )
+    if max_amount == max_amount.to_integral_value():
+        return int(max_amount)
+    number = float(max_amount)
+    if decimal.Decimal(repr(number)) != max_amount:
+        # A float would round it, perhaps up: the grant would cover more than was given.
+        raise ApprovalInputError(
+            f"tool {tool_name!r}: max_amount {max_amount} has more digits than a JSON number "
+            f"holds exactly (it would be {number!r}); give it rounded down"
+        )
+    return number
+
+
 def _json_match(tool_name: str, match: Mapping[str, Any] | None) -> JsonValue:
     """The constraints as JSON (checked by `checked_terms` next)."""
     if match is None:
@@ -89,6 +107,10 @@ class StandingGrants:
         journal: Where grant chains are journaled.
         policy: How grants are signed, and which signatures count.
         clock: The current time, timezone-aware.
+        approvers: How many approvers each tool wrapped here declares, by name: a call of
+            a tool that needs more than one is never covered (one grantor is one approver).
+        justified: The tools wrapped here whose approvals must give a justification: a
+            grant without a reason does not cover their calls.
     """
 
     def __init__(
@@ -96,10 +118,15 @@ class StandingGrants:
         journal: SideEffectJournal,
         policy: ApprovalPolicy,
         clock: Callable[[], datetime.datetime],
+        *,
+        approvers: Mapping[str, int] | None = None,
+        justified: Container[str] = frozenset(),
     ) -> None:
         self.journal = journal
         self.policy = policy
         self.now = clock
+        self.approvers: Mapping[str, int] = approvers if approvers is not None else {}
+        self.justified = justified
         self._settled: dict[str, str] = {}
         """Grants that can never cover another call here (revoked, expired, exhausted,
         unverifiable, or for another tool), by id, with their tool: skipped unread."""
@@ -148,17 +175,19 @@ class StandingGrants:
                 f"tool {tool_name!r}: the grant would expire at {expires_at.isoformat()}, "
                 "which is past; give a later expiry"
             )
+        try:
+            expiry = rfc3339(expires_at)
+        except ApprovalInputError as error:
+            raise ApprovalInputError(f"tool {tool_name!r}: expires_at {error}") from None
         if isinstance(max_amount, decimal.Decimal):
-            max_amount = (
-                int(max_amount) if max_amount == max_amount.to_integral() else float(max_amount)
-            )
+            max_amount = _json_amount(tool_name, max_amount)
         terms: dict[str, JsonValue] = {
             "tool_name": tool_name,
             "match": _json_match(tool_name, match),
             "max_calls": max_calls,
             "max_amount": max_amount,
             "amount_field": amount_field,
-            "expires_at": rfc3339(expires_at),
+            "expires_at": expiry,
             "started_by": started_by,
         }
         try:
@@ -299,8 +328,11 @@ class StandingGrants:
 
         The GRANT_USED is committed before this returns: the caller journals the INTENT
         next. None (no grant covers the call: none for the tool, none whose constraints
-        and remaining budget fit, none verifiable) means the call asks a human.
+        and remaining budget fit, none verifiable, or the tool needs more approvers than
+        one grantor) means the call asks a human.
         """
+        if self.approvers.get(tool_name, 1) > 1:
+            return None  # a grant is one principal's approval: it cannot stand for two
         for saga_id_of_grant in self._chains():
             grant_id = saga_id_of_grant[len(GRANT_PREFIX) :]
             settled = self._settled.get(grant_id)
@@ -341,6 +373,8 @@ class StandingGrants:
                 if grant.state != "unverifiable":  # an unverifiable one is logged each time
                     self._settled[grant.grant_id] = grant.tool_name
                 return None
+            if tool_name in self.justified and not (grant.reason or "").strip():
+                return None  # its approvals must say why; a grant that does not covers none
             amount = covered_amount(grant, input, started_by)
             if amount is False:
                 return None
@@ -385,6 +419,13 @@ def grants_of(approval: Any) -> StandingGrants:
     """The standing grants of an `ApprovalLifecycle`: its journal, policy and clock."""
     grants = _BY_LIFECYCLE.get(approval)
     if grants is None:
-        grants = StandingGrants(approval.journal, approval.policy, approval.now)
+        # The lifecycle's own collections: tools wrapped later are seen as they are declared.
+        grants = StandingGrants(
+            approval.journal,
+            approval.policy,
+            approval.now,
+            approvers=approval.declared_approvers,
+            justified=approval.justification_required,
+        )
         _BY_LIFECYCLE[approval] = grants
     return grants

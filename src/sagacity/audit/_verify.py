@@ -11,6 +11,7 @@ from sagacity.journal import GENESIS_HASH, JournalEntry, Phase, SideEffectJourna
 from sagacity.journal._rows import UnreadableRowError
 
 if TYPE_CHECKING:
+    from sagacity.approval._grant_audit import GrantAudit
     from sagacity.approval._policy import ApprovalPolicy
     from sagacity.audit._keys import PublicKey
 
@@ -147,6 +148,7 @@ def verify(
             would not count it. Empty: signatures are not checked.
     """
     signatures = _signature_policy(approval_public_keys)
+    grants = _grant_audit(signatures)
     recorded = {head.saga_id: head for head in heads}
     if saga_id is not None:
         saga_ids: Iterable[str] = [saga_id]
@@ -166,6 +168,8 @@ def verify(
         for entry in entries:
             count += 1
             chain.check(entry, saga)
+            if chain.problem is None:
+                grants.see(entry)
         if unreadable is not None:
             count += 1
             chain.unreadable(unreadable.seq, unreadable.reason)
@@ -180,6 +184,7 @@ def verify(
         problem = ChainCheck(head).finish(saga)
         if problem is not None:
             problems.append(problem)
+    problems.extend(_grant_problems(grants, problems, every_chain_read=saga_id is None))
     # Text before anything else: a SQLite file edited by hand may hold a BLOB saga id.
     problems.sort(
         key=lambda problem: (type(problem.saga_id) is not str, problem.saga_id, problem.seq)
@@ -214,6 +219,7 @@ def verify_entries(
     for `verify`.
     """
     signatures = _signature_policy(approval_public_keys)
+    grants = _grant_audit(signatures)
     recorded = {head.saga_id: head for head in heads}
     chains: dict[str, ChainCheck] = {}
     count = 0
@@ -223,6 +229,8 @@ def verify_entries(
         if chain is None:
             chain = chains[entry.saga_id] = ChainCheck(recorded.get(entry.saga_id), signatures)
         chain.check(entry, entry.saga_id)
+        if chain.problem is None:
+            grants.see(entry)
     for saga, head in recorded.items():
         if saga not in chains:
             chains[saga] = ChainCheck(head)
@@ -232,8 +240,31 @@ def verify_entries(
         if problem is not None:
             problems.append(problem)
         problems.extend(chain.unsigned)
+    problems.extend(_grant_problems(grants, problems, every_chain_read=False))
     problems.sort(key=lambda problem: (problem.saga_id, problem.seq))
     return VerificationReport(sagas=len(chains), entries=count, problems=problems)
+
+
+def _grant_audit(signatures: ApprovalPolicy | None) -> GrantAudit:
+    from sagacity.approval._grant_audit import GrantAudit
+
+    return GrantAudit(signatures)
+
+
+def _grant_problems(
+    grants: GrantAudit, found: list[Problem], *, every_chain_read: bool
+) -> list[Problem]:
+    """The standing grants' problems, none for a chain already reported broken.
+
+    GRANT_USED entries that covered calls name but their chain no longer holds (deleted
+    or rewritten), and GRANTED entries that do not count under signed approvals.
+    """
+    broken = {problem.saga_id for problem in found}
+    return [
+        Problem(saga_id=problem.saga_id, seq=problem.seq, reason=problem.reason)
+        for problem in grants.unsigned + grants.problems(every_chain_read=every_chain_read)
+        if problem.saga_id not in broken
+    ]
 
 
 def _signature_policy(keys: Iterable[PublicKey]) -> ApprovalPolicy | None:
