@@ -214,13 +214,14 @@ def plan(sagacity: Sagacity, source: object) -> PlannedWorkflow:
     name = declaration.name
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ConfigurationError(
-            f"workflow {name!r} ({cls.__qualname__}): a workflow name is 1 to 48 letters, "
-            "digits, '_' or '-'"
+            f"workflow {_shown(name)} ({cls.__qualname__}): a workflow name is 1 to 48 "
+            "letters, digits, '_' or '-'"
         )
-    if not isinstance(declaration.description, str):
+    problem = _text_problem(declaration.description)
+    if problem is not None:
         raise ConfigurationError(
-            f"workflow {name!r} ({cls.__qualname__}): description must be text, not "
-            f"{declaration.description!r}"
+            f"workflow {name!r} ({cls.__qualname__}): its description {problem}; it is shown "
+            "to the approvers of its gates"
         )
     where = f"workflow {name!r} ({cls.__qualname__})"
     owner = _OWNERS.get(sagacity, {}).get(name, cls)
@@ -325,10 +326,17 @@ def _stages(
             raise ConfigurationError(
                 f"{where}: stage {attribute}: order must be a whole number, not {order!r}"
             )
-        stage_name = declared.name or attribute
+        # Only None means "the method's name": an empty name given is a mistake, not a default.
+        stage_name = attribute if declared.name is None else declared.name
         if not isinstance(stage_name, str) or not _NAME.fullmatch(stage_name):
             raise ConfigurationError(
-                f"{where}: stage name {stage_name!r} must be 1 to 48 letters, digits, '_' or '-'"
+                f"{where}: stage name {_shown(stage_name)} must be 1 to 48 letters, digits, "
+                "'_' or '-'"
+            )
+        if stage_name == START_CALL:
+            raise ConfigurationError(
+                f"{where}: a stage cannot be named {START_CALL!r}: that is the call id of the "
+                "run's start in its journal; give the stage another name"
             )
         found.append((order, stage_name, func))
     if not found:
@@ -449,11 +457,32 @@ def _gate(declared: GateDeclaration | None, here: str) -> GateDeclaration | None
             f"{here}: gate timeout_seconds must be a number of seconds ≥ 0 (0: no timeout), "
             f"not {timeout!r}"
         )
-    if not isinstance(declared.reason, str):
-        raise ConfigurationError(f"{here}: gate reason must be text, not {declared.reason!r}")
+    problem = _text_problem(declared.reason)
+    if problem is not None:  # else every run would fail at the gate, journaling its request
+        raise ConfigurationError(f"{here}: gate reason {problem}; it is journaled with the gate")
     if not isinstance(declared.approval_required, bool):
         raise ConfigurationError(f"{here}: gate approval_required must be True or False")
     return declared if declared.approval_required else None
+
+
+def _shown(value: object) -> str:
+    """`value`'s repr, cut to a length an error message can carry."""
+    shown = repr(value)
+    return shown if len(shown) <= 60 else f"{shown[:57]}…"
+
+
+def _text_problem(text: object) -> str | None:
+    """Why `text` cannot be journaled and shown as a declaration's text; None if it can."""
+    if not isinstance(text, str):
+        return f"must be text, not {_shown(text)}"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return (
+            f"holds {text[error.start]!r} at position {error.start}, a lone surrogate with no "
+            "UTF-8 form"
+        )
+    return None
 
 
 def _check(declared: object, here: str) -> StageCheck:

@@ -189,13 +189,19 @@ def _judge(
 ) -> None:
     """Journal and raise a failed check's refusal; a check that did not say ok failed."""
     name = _storable(type(stage_check).__qualname__)
-    if isinstance(verdict, CheckResult) and verdict.passed:
+    # Only a `passed` that is True lets the stage run: `CheckResult(passed="no")` is truthy.
+    if isinstance(verdict, CheckResult) and verdict.passed is True:
         return
     if isinstance(verdict, Exception):
         detail = f"{name}.check raised {type(verdict).__name__}: {verdict}"
     elif inspect.isawaitable(verdict):
         getattr(verdict, "close", lambda: None)()
         detail = f"{name}.check is async: start the run with astart"
+    elif isinstance(verdict, CheckResult) and verdict.passed is not False:
+        detail = (
+            f"{name}.check returned a CheckResult whose passed is {verdict.passed!r:.200}, "
+            "not True or False"
+        )
     elif isinstance(verdict, CheckResult):
         detail = verdict.reason or "failed without a reason"
     else:
