@@ -1,4 +1,8 @@
-"""A local stand-in for Slack's Web API: records each call, answers `{"ok": true}`."""
+"""A local stand-in for Slack's Web API: records each call, answers `{"ok": true}`.
+
+As Slack does, it refuses a message past Block Kit's documented limits with
+`{"ok": false, "error": "invalid_blocks"}` (the call is recorded all the same).
+"""
 
 from __future__ import annotations
 
@@ -46,6 +50,38 @@ class SlackApi:
             raise AssertionError(f"no Slack API call arrived in {timeout} s") from None
 
 
+def block_kit_problems(message: dict[str, Any]) -> list[str]:
+    """What in `message` breaks Slack's documented limits for the blocks sagacity sends."""
+    problems: list[str] = []
+
+    def check(what: str, text: str, limit: int) -> None:
+        if not 0 < len(text) <= limit:
+            problems.append(f"{what}: {len(text)} characters, 1 to {limit} allowed")
+
+    if "text" in message:
+        check("text", message["text"], 40000)
+    blocks = message.get("blocks", [])
+    if len(blocks) > 50:
+        problems.append(f"{len(blocks)} blocks, at most 50 allowed")
+    for block in blocks:
+        kind = block["type"]
+        if kind == "header":
+            check("header", block["text"]["text"], 150)
+        elif kind == "section":
+            check("section", block["text"]["text"], 3000)
+        elif kind == "context":
+            for element in block["elements"]:
+                check("context element", element["text"], 3000)
+        elif kind == "actions":
+            for element in block["elements"]:
+                check("button value", element["value"], 2000)
+                check("button text", element["text"]["text"], 75)
+                if "confirm" in element:
+                    check("confirm title", element["confirm"]["title"]["text"], 100)
+                    check("confirm text", element["confirm"]["text"]["text"], 300)
+    return problems
+
+
 @contextmanager
 def slack_api() -> Iterator[SlackApi]:
     """Serve the stand-in on 127.0.0.1 and a free port; yield it."""
@@ -56,15 +92,17 @@ def slack_api() -> Iterator[SlackApi]:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
             api = recorder[0]
+            body = json.loads(raw)
             api.calls.put(
                 ApiCall(
                     method=self.path.rsplit("/", 1)[-1],
                     authorization=self.headers.get("Authorization", ""),
                     content_type=self.headers.get("Content-Type", ""),
-                    body=json.loads(raw),
+                    body=body,
                 )
             )
-            answer = json.dumps(api.answer).encode()
+            refused = {"ok": False, "error": "invalid_blocks"}
+            answer = json.dumps(refused if block_kit_problems(body) else api.answer).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))

@@ -230,6 +230,11 @@ class EmailNotifier(Outbox[_Mail]):
             f"Expires:    {facts.expires_at or 'never'}",
             f"Approvals:  {facts.approvals}",
         ]
+        if facts.edited_by is not None:
+            lines.append(
+                f"Edited by:  {facts.edited_by} (a person changed the input the call asked "
+                "for; they cannot approve it)"
+            )
         if facts.started_by is not None:
             lines.append(f"Started by: {facts.started_by} (cannot approve it)")
         if facts.escalation is not None:

@@ -57,6 +57,9 @@ class RequestFacts:
     """How many approvals it has of how many it needs ("0 of 2")."""
     started_by: str | None
     """Who started the saga (they cannot approve), when recorded."""
+    edited_by: str | None
+    """Who edited the input, for a request that asks for an edit instead of the call's
+    own input (they cannot approve it); None for the call's own ask."""
 
     @classmethod
     def of(cls, request: ApprovalRequest) -> RequestFacts:
@@ -78,6 +81,7 @@ class RequestFacts:
             ),
             approvals=f"{len(request.approvals)} of {request.approvers_required}",
             started_by=None if request.started_by is None else one_line(request.started_by),
+            edited_by=None if request.edited_by is None else one_line(request.edited_by),
         )
 
 

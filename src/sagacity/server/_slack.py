@@ -5,6 +5,8 @@
 the saga, the reason, the exact input (canonical JSON, as plain text: no mrkdwn, no
 links, no mentions) and its sha256, and two buttons whose value binds the request id,
 the saga and the hash. `SlackInteractions` (`_slack_clicks`) takes the buttons' clicks.
+Every text is kept within Slack's limits (Slack refuses a message past them whole); an
+input too long to show whole is cut, and its message has no Approve button.
 
 Outbound calls go to `api_base` (default `https://slack.com/api`) with the bot token.
 """
@@ -33,6 +35,7 @@ __all__ = [
     "SLACK_API",
     "SlackNotifier",
     "request_message",
+    "shows_whole_input",
     "slack_signature",
 ]
 
@@ -40,7 +43,9 @@ _log = logging.getLogger("sagacity.server.slack")
 SLACK_API = "https://slack.com/api"
 APPROVE_ACTION = "sagacity_approve"
 REJECT_ACTION = "sagacity_reject"
-_INPUT_LIMIT = 2900  # a section's text holds at most 3000 characters
+_TEXT_LIMIT = 3000
+"""The most characters a section's text may hold: Slack refuses a message past it whole."""
+_INPUT_HEADING = "Exact input (canonical JSON):\n"
 
 
 def slack_signature(secret: str | bytes, timestamp: str | int, body: bytes) -> str:
@@ -57,25 +62,51 @@ def _plain(text: str) -> dict[str, Any]:
     return {"type": "plain_text", "text": text or " ", "emoji": False}
 
 
+def _fit(text: str, limit: int = _TEXT_LIMIT, *, note: str = "") -> str:
+    """`text` cut to at most `limit` characters, ending with `…` and `note` when cut."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(note) - 1, 0)] + "…" + note
+
+
+def _input_text(facts: RequestFacts) -> tuple[str, bool]:
+    """The input's section text, and whether it holds the whole input."""
+    text = _INPUT_HEADING + facts.input_json
+    if len(text) <= _TEXT_LIMIT:
+        return text, True
+    note = (
+        f" (cut: the input is {len(facts.input_json)} characters; the inbox shows all of it, "
+        "and the hash below is of all of it)"
+    )
+    return _fit(text, note=note), False
+
+
+def shows_whole_input(request: ApprovalRequest) -> bool:
+    """Whether `request`'s message shows its whole input: only then can it be approved there.
+
+    An input too long for a Slack section is cut, and what an approver has not seen is
+    not approved from Slack: such a message has a Reject button only, and a click on
+    Approve for it is refused.
+    """
+    return _input_text(RequestFacts.of(request))[1]
+
+
 def request_message(
     request: ApprovalRequest, *, reminder: bool = False, decided: str | None = None
 ) -> dict[str, Any]:
     """The Block Kit message of `request` (without its channel): facts, input, hash, buttons.
 
-    Every value a model, tool or caller wrote is plain text on one line (`one_line`).
+    Every value a model, tool or caller wrote is plain text on one line (`one_line`),
+    and every text is cut to Slack's limits (a message past them is refused whole).
     `decided` (who decided what) replaces the buttons with that line once the request
     no longer waits; while it waits for more approvers, the line is shown above them.
+    An input too long to show whole gets no Approve button (`shows_whole_input`).
     """
     facts = RequestFacts.of(request)
     value = orjson.dumps(
         {"request_id": request.request_id, "saga_id": request.saga_id, "sha256": facts.input_sha256}
     ).decode()
-    shown_input = facts.input_json
-    if len(shown_input) > _INPUT_LIMIT:
-        shown_input = (
-            shown_input[:_INPUT_LIMIT] + f"… (cut: {len(shown_input)} characters; the inbox "
-            "shows all, and the hash below is of all of it)"
-        )
+    shown_input, whole = _input_text(facts)
     title = ("Reminder: approval still needed: " if reminder else "Approval needed: ") + facts.tool
     details = [
         f"Saga: {facts.saga_id}",
@@ -84,48 +115,64 @@ def request_message(
         f"Expires: {facts.expires_at or 'never'}",
         f"Approvals: {facts.approvals}",
     ]
+    if facts.edited_by is not None:
+        details.append(
+            f"Edited by: {facts.edited_by} (a person changed the input the call asked for; "
+            "they cannot approve it)"
+        )
     if facts.started_by is not None:
         details.append(f"Started by: {facts.started_by} (cannot approve it)")
     if facts.escalation is not None:
         details.append(f"Escalated {facts.escalation}")
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(one_line(title, 150))},
-        {"type": "section", "text": _plain("\n".join(details))},
-        {"type": "section", "text": _plain("Exact input (canonical JSON):\n" + shown_input)},
+        {"type": "section", "text": _plain(_fit("\n".join(details), note=" (cut)"))},
+        {"type": "section", "text": _plain(shown_input)},
         {"type": "section", "text": _plain(f"sha256 {facts.input_sha256}")},
     ]
     waiting = decided is None or request.state == "waiting"
     if decided is not None:
         blocks.append({"type": "context", "elements": [_plain(one_line(decided, 2000))]})
     if waiting and request.problem is None:
-        blocks.append(
+        buttons: list[dict[str, Any]] = []
+        if whole:
+            buttons.append(
+                {
+                    "type": "button",
+                    "action_id": APPROVE_ACTION,
+                    "style": "primary",
+                    "text": _plain("Approve"),
+                    "value": value,
+                    "confirm": {
+                        "title": _plain("Approve this exact input?"),
+                        "text": _plain(f"sha256 {facts.input_sha256}"),
+                        "confirm": _plain("Approve"),
+                        "deny": _plain("Cancel"),
+                    },
+                }
+            )
+        else:
+            blocks.append(
+                {
+                    "type": "context",
+                    "elements": [
+                        _plain(
+                            "The input is too long to show here whole: open the inbox to "
+                            "see all of it and approve it there. Reject works here."
+                        )
+                    ],
+                }
+            )
+        buttons.append(
             {
-                "type": "actions",
-                "block_id": "sagacity_decision",
-                "elements": [
-                    {
-                        "type": "button",
-                        "action_id": APPROVE_ACTION,
-                        "style": "primary",
-                        "text": _plain("Approve"),
-                        "value": value,
-                        "confirm": {
-                            "title": _plain("Approve this exact input?"),
-                            "text": _plain(f"sha256 {facts.input_sha256}"),
-                            "confirm": _plain("Approve"),
-                            "deny": _plain("Cancel"),
-                        },
-                    },
-                    {
-                        "type": "button",
-                        "action_id": REJECT_ACTION,
-                        "style": "danger",
-                        "text": _plain("Reject"),
-                        "value": value,
-                    },
-                ],
+                "type": "button",
+                "action_id": REJECT_ACTION,
+                "style": "danger",
+                "text": _plain("Reject"),
+                "value": value,
             }
         )
+        blocks.append({"type": "actions", "block_id": "sagacity_decision", "elements": buttons})
     fallback = f"{title} in saga {facts.saga_id} (sha256 {facts.input_sha256[:12]}…)"
     return {"text": one_line(fallback, 3000), "blocks": blocks}
 

@@ -13,7 +13,10 @@ the button's hash (four eyes, N approvers, signed with the server's key when sig
 are required) or `Sagacity.reject` (refused when the input no longer hashes to the
 button's), journaled with `via="slack"`. The message is then updated (`chat.update`) to
 say who decided; a refusal is told to the clicker alone (`chat.postEphemeral`), and in
-the HTTP answer's status.
+the HTTP answer's status. A click on a message whose request no longer waits for the
+input it shows (decided, edited or changed elsewhere) also replaces that message with
+one that says so, without buttons. Approve is refused for an input too long for the
+message to show whole (`shows_whole_input`): it is approved in the inbox.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import APIRouter, Request
@@ -43,6 +46,7 @@ from sagacity.server._slack import (
     REJECT_ACTION,
     SlackNotifier,
     request_message,
+    shows_whole_input,
     slack_signature,
 )
 
@@ -193,6 +197,7 @@ class SlackInteractions:
     def _decide(self, sagacity: Sagacity, click: _Click) -> str:
         """Decide a verified click through the inbox's path; tell Slack what happened."""
         shown: ApprovalRequest | None = None
+        stale = False  # the message no longer shows a request that waits for its input
         try:
             principal = self.users.get(click.user_id)
             if principal is None:
@@ -211,6 +216,7 @@ class SlackInteractions:
                 shown = _pending(sagacity, click)
             except SagacityError as error:
                 raise _Refused(error.status_code, str(error)) from None
+            stale = shown is None or shown.input_sha256 != click.sha256 or bool(shown.problem)
             if shown is None:
                 raise _Refused(
                     410,
@@ -221,6 +227,17 @@ class SlackInteractions:
                     409,
                     f"request {click.request_id} of saga {click.saga_id!r} now holds sha256 "
                     f"{shown.input_sha256}, not the {click.sha256} this message showed",
+                )
+            if shown.problem is not None:
+                raise _Refused(
+                    409, f"request {click.request_id} cannot be decided here: {shown.problem}"
+                )
+            if click.action == APPROVE_ACTION and not shows_whole_input(shown):
+                raise _Refused(
+                    409,
+                    f"request {click.request_id} of saga {click.saga_id!r} has an input too "
+                    "long to show in Slack whole: what was not shown is not approved here; "
+                    "approve it in the inbox, which shows all of it",
                 )
             name = principal.name
             try:
@@ -246,6 +263,7 @@ class SlackInteractions:
                 raise _Refused(error.status_code, str(error)) from None
         except _Refused as refused:
             if click.channel is not None:
+                tool_name = "" if shown is None else shown.tool_name
                 self.notifier.call(
                     "chat.postEphemeral",
                     {
@@ -256,8 +274,20 @@ class SlackInteractions:
                     event="approval.refused",
                     saga_id=click.saga_id,
                     request_id=click.request_id,
-                    tool_name="" if shown is None else shown.tool_name,
+                    tool_name=tool_name,
                 )
+                if stale and click.message_ts is not None:
+                    # Everyone in the channel sees the message: its buttons must go, and
+                    # it must say why, or it keeps showing an input nobody is asked for.
+                    self.notifier.call(
+                        "chat.update",
+                        {"channel": click.channel, "ts": click.message_ts}
+                        | _stale_message(click, refused.text),
+                        event="approval.stale",
+                        saga_id=click.saga_id,
+                        request_id=click.request_id,
+                        tool_name=tool_name,
+                    )
             raise
         after = _pending(sagacity, click) or shown
         decided = f"{what} (sha256 {click.sha256[:12]}…)"
@@ -283,6 +313,30 @@ class SlackInteractions:
                 tool_name=shown.tool_name,
             )
         return decided
+
+
+def _stale_message(click: _Click, why: str) -> dict[str, Any]:
+    """The message that replaces one whose request no longer waits for the input it shows."""
+    text = (
+        f"Request {click.request_id} of saga {click.saga_id} (sha256 {click.sha256[:12]}…) "
+        "no longer waits for the input this message showed"
+    )
+    blocks = [
+        {"type": "section", "text": {"type": "plain_text", "text": one_line(text, 3000)}},
+        {
+            "type": "context",
+            "elements": [
+                {
+                    "type": "plain_text",
+                    "text": one_line(
+                        f"{why}. Its buttons were removed; the inbox shows how the saga went on.",
+                        3000,
+                    ),
+                }
+            ],
+        },
+    ]
+    return {"text": one_line(text, 3000), "blocks": blocks}
 
 
 def _pending(sagacity: Sagacity, click: _Click) -> ApprovalRequest | None:
