@@ -2,7 +2,8 @@
 
 Part of `ApprovalLifecycle`, run by `Escalator.sweep` under the saga's lease: what is due
 is read from the journal (`due`), and each step appends only if the journal is as it
-was read.
+was read. When nothing is due, `next_check` says from the same reading when something
+may be, so a sweep need not read that journal again before then.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Protocol
 from sagacity import _telemetry
 from sagacity._history import SagaHistory
 from sagacity.approval._escalation import ToolEscalation, gate_escalation, reminded_for
-from sagacity.approval._policy import ApprovalHook, ApprovalPolicy, notify
+from sagacity.approval._policy import ApprovalHook, ApprovalPolicy
 from sagacity.approval._request import ApprovalRequest
 from sagacity.journal import JournalEntry, Phase, SideEffectJournal
 
@@ -92,11 +93,46 @@ class RequestEscalation:
             return "remind"
         return None
 
+    def next_check(
+        self, request: ApprovalRequest, history: SagaHistory, now: datetime.datetime
+    ) -> datetime.datetime | None:
+        """The earliest time something may be due for `request`, as `history` reads it.
+
+        None when nothing ever will be: the saga ended, the request is closed or has its
+        approvals (approvals only accumulate; a REJECTED closes it for good). Otherwise
+        its next warning time not yet reminded, or its expiry; `now` once it expired.
+        Nothing another process journals can bring a time point forward: an escalation
+        comes at or after the expiry (by its own clock) and sets a later one, and its
+        reminder comes after it; a REMINDED or a decision only leaves less to do. So a
+        sweep that reads this journal again at that time, and not before, misses
+        nothing.
+        """
+        if history.ended is not None or len(request.approvals) >= request.approvers_required:
+            return None
+        awaiting = history.entry(request.seq)
+        if awaiting is None or awaiting not in history.open_requests():
+            return None
+        deadline = request.deadline
+        if deadline is None:
+            return None
+        if request.expired(now):
+            return now
+        warn_at = request.warn_at
+        if (
+            warn_at is not None
+            and warn_at < deadline
+            and reminded_for(history, awaiting, deadline) is None
+        ):
+            return warn_at
+        return deadline
+
     def remind(self, history: SagaHistory, request: ApprovalRequest) -> JournalEntry:
-        """Journal REMINDED for `request`'s coming expiry, then tell `on_reminder`.
+        """Journal REMINDED for `request`'s coming expiry.
 
         Appended only if the journal is as `history` read it (`AppendConflictError`
-        otherwise), so of two sweepers one reminds.
+        otherwise), so of two sweepers one reminds. `on_reminder` is not told here: the
+        sweep tells it once the saga's lease is released (`Escalator.sweep`), so a slow
+        hook never holds the saga.
         """
         deadline = request.deadline
         warn_at = request.warn_at
@@ -120,7 +156,6 @@ class RequestEscalation:
             request_id=request.request_id,
             tool=request.tool_name,
         )
-        notify(self.on_reminder, request, what="on_approval_reminder")
         return entry
 
     def escalate(
