@@ -7,6 +7,7 @@ consumes after the REVOKED entry. SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -132,7 +133,7 @@ class TestRevocationRace:
             for count in range(1, 100_000):
                 ref = f"c{number}-{count}"
                 outcome = sagacity.saga(
-                    ref, lambda r=ref: tool(amount=1, ref=r), started_by="alice"
+                    ref, functools.partial(tool, amount=1, ref=ref), started_by="alice"
                 ).outcome
                 if outcome is ASKED:
                     return ref
