@@ -226,6 +226,22 @@ def _parser() -> argparse.ArgumentParser:
         help="the Ed25519 private key (PEM) that signs the approvals made in the server; "
         "default: SAGACITY_APPROVAL_KEY",
     )
+    serve.add_argument(
+        "--app",
+        metavar="MODULE:OBJECT",
+        help="serve what the application configured in code: a Sagacity (its notifiers, "
+        "approver groups and keys; --tokens still applies), or the app create_app() made "
+        "(e-mail links, Slack), or a function that returns either; the other database and "
+        "key options are then refused",
+    )
+    serve.add_argument(
+        "--sweep-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="seconds between sweeps of due reminders, escalations and denials (default 30; "
+        "0: none here, a worker sweeps)",
+    )
     _grants.add_grant_commands(command)
     _report.add_report_command(command)
     _worker.add_worker_command(commands)

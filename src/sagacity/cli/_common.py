@@ -36,6 +36,7 @@ __all__ = [
     "database_url",
     "emit_json",
     "emit_table",
+    "load_object",
     "load_tools",
     "match_hash",
     "opened",
@@ -253,22 +254,22 @@ def match_hash(given: str | None, actual: str, what: str) -> str | None:
     return typed
 
 
-def load_tools(spec: str) -> object:
-    """The object `--tools MODULE:OBJECT` names; a class is made with no arguments.
+def load_object(option: str, spec: str, example: str) -> object:
+    """The object `option MODULE:OBJECT` names (`example` shows the form).
 
     The working directory is searched first, as `python -m` does: the application's own
     modules are found where the command is run from, without setting PYTHONPATH.
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise CliError(f"--tools {spec!r}: give module:object, such as myapp.tools:OrderTools")
+        raise CliError(f"{option} {spec!r}: give module:object, such as {example}")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
         raise CliError(
-            f"--tools {spec!r}: cannot import {module_name!r}: {error}; it is looked for in "
+            f"{option} {spec!r}: cannot import {module_name!r}: {error}; it is looked for in "
             f"the working directory ({os.getcwd()}) and on PYTHONPATH: run the command from "
             "the application's folder, or set PYTHONPATH to it"
         ) from None
@@ -277,13 +278,19 @@ def load_tools(spec: str) -> object:
         try:
             target = getattr(target, part)
         except AttributeError:
-            raise CliError(f"--tools {spec!r}: {module_name!r} has no {attribute!r}") from None
+            raise CliError(f"{option} {spec!r}: {module_name!r} has no {attribute!r}") from None
+    return target
+
+
+def load_tools(spec: str) -> object:
+    """The object `--tools MODULE:OBJECT` names; a class is made with no arguments."""
+    target = load_object("--tools", spec, "myapp.tools:OrderTools")
     if isinstance(target, type):
         try:
             target = target()
         except TypeError as error:
             raise CliError(
-                f"--tools {spec!r}: cannot make an instance of {attribute} without arguments "
-                f"({error}); point --tools at an instance instead"
+                f"--tools {spec!r}: cannot make an instance of {target.__name__} without "
+                f"arguments ({error}); point --tools at an instance instead"
             ) from None
     return target

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 from typing import Any
 
-from sagacity.cli._common import EXIT_OK, EXIT_PROBLEM, CliError, printable
+from sagacity.cli._common import EXIT_OK, EXIT_PROBLEM, CliError, load_object, printable
 from sagacity.saga import Sagacity
 from sagacity.worker import Worker
 from sagacity.worker._health import check_health
@@ -91,7 +90,7 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def _load_worker(args: argparse.Namespace) -> Worker:
-    target = _load(args.app)
+    target = load_object("--app", args.app, "myapp.worker:worker")
     if isinstance(target, Sagacity):
         target = Worker(target)
     elif not isinstance(target, Worker) and callable(target):
@@ -111,29 +110,6 @@ def _load_worker(args: argparse.Namespace) -> Worker:
         target.poll_interval = args.poll
     if args.no_listen:
         target.listen = False
-    return target
-
-
-def _load(spec: str) -> object:
-    """The object MODULE:OBJECT names; the working directory is searched first."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise CliError(f"--app {spec!r}: give module:object, such as myapp.worker:worker")
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise CliError(
-            f"--app {spec!r}: cannot import {module_name!r}: {error}; it is looked for in the "
-            f"working directory ({os.getcwd()}) and on PYTHONPATH"
-        ) from None
-    target: Any = module
-    for part in attribute.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise CliError(f"--app {spec!r}: {module_name!r} has no {attribute!r}") from None
     return target
 
 

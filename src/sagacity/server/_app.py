@@ -208,7 +208,7 @@ def serve(
     require_signed_approvals: bool = False,
     create: bool = False,
     tools: Iterable[object] = (),
-    sweep_interval: float = 30.0,
+    sweep_interval: float | None = 30.0,
 ) -> None:
     """Run `create_app` with uvicorn until interrupted (`sagacity serve`).
 
@@ -231,7 +231,7 @@ def serve(
             then runs their compensations when a saga is rejected or compensated, and
             resumes their approved calls.
         sweep_interval: Seconds between sweeps of due reminders, escalations and
-            denials, in the background (see `create_app`).
+            denials, in the background (see `create_app`); None: no sweep here.
 
     Raises:
         DatabaseNotFoundError: `create` is False and the database does not exist or holds
