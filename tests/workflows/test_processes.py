@@ -220,6 +220,42 @@ class TestKilledWhileFailing:
         assert verify(sagacity.journal, RUN).ok
 
 
+class TestKilledWhileFailingAfterTheGate:
+    @pytest.mark.parametrize(
+        "point",
+        [
+            "after:FAILED:notify",  # the stage after the approved wire failed; no walk yet
+            "after:COMPENSATED:reserve_funds",  # the walk ran, the run is not ENDED
+        ],
+    )
+    def test_the_next_process_undoes_once_and_never_wires_again(
+        self, sqlite_url: str, tmp_path: Path, point: str
+    ) -> None:
+        """`notify` fails after the approved wire; killed in the failure, resumed elsewhere.
+
+        The funds are released once, the wire (IRREVERSIBLE) is neither sent again nor
+        undone, and `notify` is not tried again.
+        """
+        assert child("start", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+        assert child("approve", sqlite_url, tmp_path) == "PAUSED_AT_GATE"
+        (tmp_path / "fail-notify").touch()
+        kill_at("resume", sqlite_url, tmp_path, point)
+        sagacity, runtime = here(sqlite_url, tmp_path)
+        handle = runtime.resume(RUN)
+        assert handle.status is WorkflowStatus.COMPENSATED
+        assert [(s.name, s.status.value) for s in handle.stages] == [
+            ("reserve_funds", "COMPENSATED"),
+            ("wire", "EXECUTED"),
+            ("notify", "FAILED"),
+        ]
+        assert lines(tmp_path) == [RESERVED, WIRED, "release res-A-17"]
+        assert runtime.resume(RUN) == handle
+        assert lines(tmp_path) == [RESERVED, WIRED, "release res-A-17"]
+        intents = [e.call_id for e in sagacity.history(RUN) if e.phase is Phase.INTENT]
+        assert intents == ["workflow", "reserve_funds", "wire", "notify"]
+        assert verify(sagacity.journal, RUN).ok
+
+
 class TestKilledAfterAnOutputWithNoJsonForm:
     def test_the_resumed_run_fails_as_the_uninterrupted_one(
         self, sqlite_url: str, tmp_path: Path
