@@ -126,11 +126,6 @@ class TestBadBodies:
         assert response.status_code == 404
         assert says in response.json()["message"]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="server/_errors.py echoes the rejected input in the 422 detail, and a NaN "
-        "or a lone surrogate cannot be rendered as JSON: 500",
-    )
     @pytest.mark.parametrize(
         ("url", "body"),
         [(APPROVE, b'{"sha256": NaN}'), (REJECT, b'{"reason": "\\ud800"}')],
@@ -141,6 +136,10 @@ class TestBadBodies:
         """`NaN` and an escaped lone surrogate parse, fail validation, and answer 422."""
         response = client.post(url, content=body, headers={**ALICE, **JSON})
         assert response.status_code == 422
+        answer = response.json()
+        assert answer["error"] == "ValidationError"
+        field = "sha256" if url == APPROVE else "reason"
+        assert f"body.{field}: " in answer["message"]
 
 
 class TestLateDecisions:

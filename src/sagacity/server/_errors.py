@@ -13,6 +13,7 @@ cover the app that installed them).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -105,9 +106,13 @@ def error_response(
             _log.error("saga %r request %r: %s", saga_id, request_id, message, exc_info=error)
     elif isinstance(error, RequestValidationError):
         status, name = 422, "ValidationError"
-        detail = jsonable_encoder(error.errors())
-        message = "the request does not validate: " + "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()
+        detail = _renderable(jsonable_encoder(error.errors()))
+        message = _renderable(
+            "the request does not validate: "
+            + "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}"
+                for e in error.errors()
+            )
         )
     elif isinstance(error, HTTPException):
         status = error.status_code
@@ -120,6 +125,24 @@ def error_response(
         error=name, message=message, saga_id=saga_id, request_id=request_id, detail=detail
     )
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+def _renderable(value: Any) -> Any:
+    """`value` (an echo of the rejected input) as JSON can carry it.
+
+    A body may parse to what JSON cannot be rendered with: `NaN` or `Infinity`, and
+    strings with an escaped lone surrogate (`"\\ud800"`). Those come back as text (`'nan'`,
+    `'\\ud800'` spelled out), so that the answer is the 422 that names the field.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_renderable(key): _renderable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_renderable(item) for item in value]
+    return value
 
 
 class SagacityRoute(APIRoute):
