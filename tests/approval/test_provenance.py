@@ -491,7 +491,8 @@ class TestAgentAndChannelShown:
         with Sagacity.from_url(url) as sagacity:
             waiting_for_an_agent(sagacity)
         approve = ["approve", "vault-1", "--approver", "bob", "--database", url]
-        (request,) = Sagacity.from_url(url).pending("vault-1")
+        with Sagacity.from_url(url) as reader:
+            (request,) = reader.pending("vault-1")
         done = run_cli(*approve, "--sha256", request.input_sha256, "--justification", "ok")
         assert done.returncode == 0, done.stderr
         agent_text = "the agent (pydantic_ai, model gpt-4o<script>, run id run-77, agent payouts)"
