@@ -130,9 +130,9 @@ def error_response(
 def _renderable(value: Any) -> Any:
     """`value` (an echo of the rejected input) as JSON can carry it.
 
-    A body may parse to what JSON cannot be rendered with: `NaN` or `Infinity`, and
-    strings with an escaped lone surrogate (`"\\ud800"`). Those come back as text (`'nan'`,
-    `'\\ud800'` spelled out), so that the answer is the 422 that names the field.
+    A body may parse to what JSON cannot render: `NaN` or `Infinity`, and strings with an
+    escaped lone surrogate. Those come back as text (`'nan'`, the surrogate spelled out as
+    a backslash escape), so that the answer is the 422 that names the field.
     """
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
