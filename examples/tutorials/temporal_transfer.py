@@ -26,9 +26,11 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from sagacity import CompensationContext, Reversibility, Sagacity, compensable, compensation
-
+# The sandbox re-imports per run every module not passed through: sagacity and what it
+# imports (orjson among them, whose types a second import frees on Python 3.13) are not
+# workflow code, so all of them pass through.
 with workflow.unsafe.imports_passed_through():
+    from sagacity import CompensationContext, Reversibility, Sagacity, compensable, compensation
     from sagacity.integrations.temporal import DecisionRelay, SagaActivities, TemporalSaga
 
 
