@@ -218,6 +218,63 @@ class TestChecksThatLie:
         ]
 
 
+class Meddler(StageCheck):
+    """Edits what it is shown, then says ok."""
+
+    def check(self, ctx: CheckContext) -> CheckResult:
+        ctx.value["amount"] = 1_000_000
+        ctx.input["order"]["amount"] = 1_000_000
+        ctx.outputs["take"]["amount"] = 1_000_000
+        return CheckResult.ok()
+
+
+def _meddled(received: list[Any], *, gated: bool) -> object:
+    @workflow("meddled")
+    class Meddled:
+        @stage(order=1)
+        def take(self, amount):  # type: ignore[no-untyped-def]  # unannotated: gets the JSON
+            return {"amount": amount}
+
+        @stage(order=2)
+        @check(Meddler)
+        @gate(approval_required=gated)
+        def pay(self, order):  # type: ignore[no-untyped-def]
+            received.append(dict(order))
+            order["amount"] += 1  # the stage's own copy: its output is journaled
+            return order
+
+        @stage(order=3)
+        @check(Meddler)
+        def file(self, order):  # type: ignore[no-untyped-def]
+            received.append(order)
+            return order
+
+    return Meddled()
+
+
+class TestChecksThatMeddle:
+    @pytest.mark.parametrize("gated", [False, True])
+    def test_a_check_editing_its_context_changes_nothing_the_stage_gets(self, gated: bool) -> None:
+        """The stage runs with the journaled output, and the gate asks about it, not the edit."""
+        received: list[Any] = []
+        sagacity = memory_sagacity()
+        runtime = WorkflowRuntime(sagacity, [_meddled(received, gated=gated)])
+        handle = runtime.start("meddled", 5, run_id="m-1")
+        if gated:
+            assert handle.gate is not None
+            assert handle.gate.input == {"order": {"amount": 5}}
+            runtime.approve_gate("m-1", "pay", "alice", sha256=handle.gate.input_sha256)
+            handle = runtime.resume("m-1")
+        assert handle.status is WorkflowStatus.COMPLETED
+        assert received == [{"amount": 5}, {"amount": 6}]
+        intents = {
+            e.call_id: e.payload["input"]
+            for e in sagacity.history("m-1")
+            if e.phase is Phase.INTENT and e.call_id in ("pay", "file")
+        }
+        assert intents == {"pay": {"order": {"amount": 5}}, "file": {"order": {"amount": 6}}}
+
+
 class Hanging(StageCheck):
     """Blocks until released, then says ok."""
 

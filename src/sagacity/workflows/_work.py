@@ -6,6 +6,7 @@ stage asks for (or checks) its approval, a failure marks the saga for compensati
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -46,15 +47,15 @@ def work_of(
         value_json: JsonValue = input_json
         outputs: dict[str, JsonValue] = {}
         for declared in definition.stages:
-            value = _stage_value(definition, declared, value_json)
-            if not _executed(scope, declared):
-                context = _context(definition, declared, run_id, value, outputs)
+            if declared.checks and not _executed(scope, declared):
+                context = _context(definition, declared, run_id, value_json, outputs)
                 for stage_check in declared.checks:
                     try:
                         verdict: object = stage_check.check(context)
                     except Exception as error:  # a check that cannot say ok fails closed
                         verdict = error
                     _judge(scope, declared, stage_check, verdict)
+            value = _stage_value(definition, declared, value_json)
             result = declared.tool.invoke(
                 (value,), call_id=declared.call_id, on_approval_needed=_pause
             )
@@ -81,9 +82,8 @@ def awork_of(
         value_json: JsonValue = input_json
         outputs: dict[str, JsonValue] = {}
         for declared in definition.stages:
-            value = _stage_value(definition, declared, value_json)
-            if not _executed(scope, declared):
-                context = _context(definition, declared, run_id, value, outputs)
+            if declared.checks and not _executed(scope, declared):
+                context = _context(definition, declared, run_id, value_json, outputs)
                 for stage_check in declared.checks:
                     try:
                         verdict: object = stage_check.check(context)
@@ -92,6 +92,7 @@ def awork_of(
                     except Exception as error:  # a check that cannot say ok fails closed
                         verdict = error
                     _judge(scope, declared, stage_check, verdict)
+            value = _stage_value(definition, declared, value_json)
             result = await declared.tool.ainvoke(
                 (value,), call_id=declared.call_id, on_approval_needed=_pause
             )
@@ -125,10 +126,12 @@ def _stage_value(
     """The previous output (or the input) rebuilt as the stage's parameter is annotated.
 
     Always rebuilt from its JSON, in a first run as in a resumed one: a stage sees the
-    same value whether or not the process that ran the stage before it survived.
+    same value whether or not the process that ran the stage before it survived. Each
+    call rebuilds it from a copy (an unannotated parameter gets the JSON itself), so
+    what a check or a stage does to the value it is given reaches no one else.
     """
     return from_json(
-        value_json,
+        copy.deepcopy(value_json),
         declared.annotation,
         where=f"workflow {definition.name!r} stage {declared.name!r} argument "
         f"{declared.parameter!r}",
@@ -166,16 +169,22 @@ def _context(
     definition: WorkflowDefinition,
     declared: StageDefinition,
     run_id: str,
-    value: Any,
+    value_json: JsonValue,
     outputs: dict[str, JsonValue],
 ) -> CheckContext:
+    """What the stage's checks are shown: copies, so a check cannot change the stage's input.
+
+    The stage gets its value rebuilt anew from the journaled JSON after the checks: a
+    check that edits `ctx.value` (or `ctx.outputs`) changes neither what the stage runs
+    with nor what its gate asks approval for.
+    """
     return CheckContext(
         run_id=run_id,
         workflow_name=definition.name,
         stage_name=declared.name,
-        value=value,
-        input=declared.tool.input_of((value,), {}),
-        outputs=dict(outputs),
+        value=_stage_value(definition, declared, value_json),
+        input=declared.tool.input_of((_stage_value(definition, declared, value_json),), {}),
+        outputs=copy.deepcopy(outputs),
         workflow=definition.instance,
     )
 
