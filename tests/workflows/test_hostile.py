@@ -121,6 +121,56 @@ class TestHostileNames:
         with pytest.raises(ConfigurationError, match=r"its description holds '\\udfff'"):
             WorkflowRuntime(memory_sagacity(), [LoneDescription])
 
+    @pytest.mark.parametrize(
+        ("timeout", "shown"),
+        [
+            (1e300, "1e+300"),
+            (10**20, "100000000000000000000"),
+            (float("inf"), "inf"),
+            (3660 * 24 * 3600 + 1, "316224001"),
+            pytest.param(10**5000, "an int too long to print", id="5001-digits"),
+        ],
+    )
+    def test_a_gate_timeout_past_any_date_is_refused_at_start_up(
+        self, timeout: float, shown: str
+    ) -> None:
+        """A timeout whose expiry is no date made every read of the run fail: refused now."""
+
+        @workflow("far-gate")
+        class FarGate:
+            @stage(order=1)
+            @gate(timeout_seconds=timeout)
+            def pay(self, x: int) -> int:
+                return x
+
+        with pytest.raises(
+            ConfigurationError, match=r"to 316224000 \(ten years\), not "
+        ) as refused:
+            WorkflowRuntime(memory_sagacity(), [FarGate])
+        assert str(refused.value).endswith(f"not {shown}")
+
+    def test_a_gate_of_ten_years_is_read_and_expired(self) -> None:
+        """The longest timeout allowed gives a date: the run reads, and expires on time."""
+        from sagacity.testing import FakeClock
+
+        @workflow("ten-year-gate")
+        class TenYearGate:
+            @stage(order=1)
+            @gate(timeout_seconds=3660 * 24 * 3600)
+            def pay(self, x: int) -> int:
+                return x
+
+        clock = FakeClock()
+        runtime = WorkflowRuntime(Sagacity.from_url("memory://", clock=clock), [TenYearGate])
+        handle = runtime.start("ten-year-gate", 1, run_id="t-1")
+        assert handle.gate is not None
+        assert handle.gate.expires_at is not None
+        assert handle.gate.expires_at.year == 2036
+        assert runtime.expire_gates() == []
+        clock.advance(3660 * 24 * 3600)
+        (expired,) = runtime.expire_gates()
+        assert expired.status is WorkflowStatus.COMPENSATED
+
     def test_a_gate_reason_with_bidi_and_controls_is_journaled_as_it_is(self) -> None:
         """Such a reason is valid text: kept exactly (pages and the CLI escape it)."""
         reason = "pay \u202eevil\u202c\x07 now"

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import inspect
 import itertools
-import math
 import re
 import typing
 import weakref
@@ -37,6 +36,7 @@ from sagacity.workflows._declare import (
 )
 
 __all__ = [
+    "MAX_GATE_TIMEOUT_SECONDS",
     "START_CALL",
     "PlannedWorkflow",
     "StageDefinition",
@@ -53,6 +53,10 @@ START_CALL = WORKFLOW_START_CALL
 _OWNERS: weakref.WeakKeyDictionary[Sagacity, dict[str, type]] = weakref.WeakKeyDictionary()
 """The class of each workflow name, per Sagacity: a Sagacity holds one compensation per
 stage, so a runtime built again for a workflow must be of the same class."""
+
+MAX_GATE_TIMEOUT_SECONDS = 3660 * 24 * 3600
+"""The longest a gate may wait (ten years): its expiry must stay a date that can be
+computed, journaled and shown (a timeout past year 9999 made every read of the run fail)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,48}")
 """Workflow and stage names: `<workflow>.<stage>` must be a tool name every framework takes."""
@@ -447,15 +451,15 @@ def _gate(declared: GateDeclaration | None, here: str) -> GateDeclaration | None
     if declared is None:
         return None
     timeout: object = declared.timeout_seconds
+    # `0 <= t <= most` also refuses NaN and infinities, and compares a huge int exactly.
     if (
         isinstance(timeout, bool)
         or not isinstance(timeout, int | float)
-        or not math.isfinite(timeout)
-        or timeout < 0
+        or not 0 <= timeout <= MAX_GATE_TIMEOUT_SECONDS
     ):
         raise ConfigurationError(
-            f"{here}: gate timeout_seconds must be a number of seconds ≥ 0 (0: no timeout), "
-            f"not {timeout!r}"
+            f"{here}: gate timeout_seconds must be a number of seconds from 0 (no timeout) "
+            f"to {MAX_GATE_TIMEOUT_SECONDS} (ten years), not {_shown(timeout)}"
         )
     problem = _text_problem(declared.reason)
     if problem is not None:  # else every run would fail at the gate, journaling its request
@@ -467,7 +471,10 @@ def _gate(declared: GateDeclaration | None, here: str) -> GateDeclaration | None
 
 def _shown(value: object) -> str:
     """`value`'s repr, cut to a length an error message can carry."""
-    shown = repr(value)
+    try:
+        shown = repr(value)
+    except ValueError:  # an int past Python's digit limit for text
+        return f"an {type(value).__name__} too long to print"
     return shown if len(shown) <= 60 else f"{shown[:57]}…"
 
 
