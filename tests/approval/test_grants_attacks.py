@@ -19,11 +19,13 @@ import pytest
 
 from sagacity import (
     ApprovalInputError,
+    ApprovalNotFoundError,
     InMemoryJournal,
     Phase,
     Reversibility,
     Sagacity,
     SagaOutcome,
+    SagaStateError,
     SqliteJournal,
     compensable,
     verify,
@@ -344,3 +346,35 @@ class TestUnsignedGrantsInVerify:
         assert (problem.saga_id, problem.seq) == (chain_id, 2)
         assert "hash" in problem.reason
         assert sagacity.grants()[0].state == "unverifiable"
+
+
+class TestChainIds:
+    def test_an_applications_saga_called_grant_cannot_be_revoked_or_shown_as_one(
+        self, sagacity: Sagacity
+    ) -> None:
+        """Revoking `abc` when saga `grant-abc` is the application's: not found, saga intact."""
+        ledger = Ledger()
+        sagacity.wrap(ledger)
+        assert _run(sagacity, "grant-abc", "book", ref="r-1") is RAN
+        before = sagacity.history("grant-abc")
+
+        with pytest.raises(ApprovalNotFoundError, match="'grant-abc' is a saga, not a grant"):
+            sagacity.revoke("abc", revoked_by="dave")
+        with pytest.raises(ApprovalNotFoundError, match="is a saga"):
+            sagacity.get_grant("abc")
+
+        assert sagacity.history("grant-abc") == before
+        assert [e.phase for e in before] == [Phase.INTENT, Phase.EXECUTED, Phase.ENDED]
+        assert sagacity.grants() == []
+        assert verify(sagacity.journal).ok
+
+    def test_a_grant_and_a_saga_never_share_a_chain(self, sagacity: Sagacity) -> None:
+        """A saga cannot be opened on a grant's id; the grant keeps covering."""
+        ledger = Ledger()
+        sagacity.wrap(ledger)
+        grant = sagacity.grant("pay", **_terms(max_calls=2))
+        with pytest.raises(SagaStateError, match=f"standing grant '{grant.grant_id}'"):
+            _run(sagacity, f"grant-{grant.grant_id}", "book", ref="r-1")
+        assert _run(sagacity, "s1", "pay", amount=1, payee="A") is RAN
+        assert sagacity.get_grant(grant.grant_id).used_calls == 1
+        assert ledger.ran == ["pay 1 A"]

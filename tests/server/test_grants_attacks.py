@@ -253,3 +253,18 @@ class TestHostileText:
         assert "\u202e" not in listed.stdout
         assert "\x1b" not in listed.stdout
         assert 'to = "\\u202eacct"' in listed.stdout
+
+
+class TestSagaCalledGrant:
+    def test_revoking_an_applications_saga_called_grant_is_a_404(
+        self, client: TestClient, sagacity: Sagacity
+    ) -> None:
+        """Saga `grant-abc` is the application's: not a grant to show or revoke, left intact."""
+        reserve = sagacity.tool("reserve")
+        assert sagacity.saga("grant-abc", lambda: reserve(sku="s-1")).outcome.name == "COMPLETED"
+        before = sagacity.history("grant-abc")
+        assert client.get("/sagacity/grants/abc", headers=VIEWER).status_code == 404
+        revoked = client.post("/sagacity/grants/abc/revoke", json={}, headers=ALICE)
+        assert revoked.status_code == 404
+        assert "is a saga, not a grant's chain" in revoked.json()["message"]
+        assert sagacity.history("grant-abc") == before

@@ -53,7 +53,7 @@ from sagacity.errors import (
     SelfApprovalError,
     SerializationError,
 )
-from sagacity.journal import JsonValue, Phase, SideEffectJournal, sha256_hex
+from sagacity.journal import JournalEntry, JsonValue, Phase, SideEffectJournal, sha256_hex
 from sagacity.journal._canonical import copy_json
 
 if TYPE_CHECKING:
@@ -247,9 +247,7 @@ class StandingGrants:
         """
         require_name(revoked_by, "revoked_by")
         saga_id = self._saga_id(grant_id)
-        entries = self.journal.entries(saga_id)
-        if not entries:
-            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}; list them with grants")
+        entries = self._chain(grant_id)
         # Whatever the chain holds, a revocation only takes coverage away: it is journaled
         # even on a chain that no longer verifies.
         for entry in entries:
@@ -274,10 +272,27 @@ class StandingGrants:
         Raises:
             ApprovalNotFoundError: No grant has that id.
         """
-        grant = read_grant(self.journal.entries(self._saga_id(grant_id)), self.policy, self.now())
-        if grant is None:
-            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}; list them with grants")
+        grant = read_grant(self._chain(grant_id), self.policy, self.now())
+        assert grant is not None  # the chain has its GRANTED entry
         return grant
+
+    def _chain(self, grant_id: str) -> list[JournalEntry]:
+        """The entries of a grant's chain.
+
+        Raises:
+            ApprovalNotFoundError: No chain has that id, or it is an application's saga
+                called `grant-…` (its first entry is not GRANTED): a revocation journaled
+                there would be appended to the saga.
+        """
+        entries = self.journal.entries(self._saga_id(grant_id))
+        if not entries:
+            raise ApprovalNotFoundError(f"no standing grant {grant_id!r}; list them with grants")
+        if entries[0].phase is not Phase.GRANTED:
+            raise ApprovalNotFoundError(
+                f"no standing grant {grant_id!r}: saga {GRANT_PREFIX + grant_id!r} is a saga, "
+                "not a grant's chain; list the grants with grants"
+            )
+        return entries
 
     def every(self, tool_name: str | None = None) -> list[StandingGrant]:
         """Every grant (of one tool, when named), newest first."""
