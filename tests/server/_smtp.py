@@ -82,13 +82,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def smtp_server(**options: Any) -> Iterator[tuple[Inbox, int]]:
-    """An aiosmtpd server on 127.0.0.1 and a free port: yield its inbox and the port.
+def smtp_server(
+    *, port: int | None = None, handler: Inbox | None = None, **options: Any
+) -> Iterator[tuple[Inbox, int]]:
+    """An aiosmtpd server on 127.0.0.1 and `port` (else a free one): yield its inbox and port.
 
-    `options` go to aiosmtpd's `SMTP` (e.g. `tls_context=`, `require_starttls=True`).
+    `handler` is the inbox to keep messages in (a subclass may add hooks such as
+    `handle_QUIT`); `options` go to aiosmtpd's `SMTP` (e.g. `tls_context=`).
     """
-    inbox = Inbox()
-    port = free_port()
+    inbox = handler or Inbox()
+    port = port or free_port()
     controller = Controller(
         inbox,
         hostname="127.0.0.1",

@@ -74,14 +74,18 @@ class SmtpSettings:
 
 
 def _address(text: str, what: str) -> str:
-    _, address = email.utils.parseaddr(text)
-    if (
-        not address
-        or "@" not in address
-        or any(c in text for c in "\r\n\0")
-        or not text.isprintable()
-    ):
-        raise ConfigurationError(f"{what} {text!r} is not an e-mail address")
+    """`text` if it is one mailbox (`a@b.example` or `Name <a@b.example>`), else refused.
+
+    A list (`a@b, c@d`) or a mailbox hiding another (`a@b <c@d>`) would put in the
+    header an address the envelope does not go to.
+    """
+    parsed = email.utils.getaddresses([text]) if text.isprintable() else []
+    if len(parsed) != 1 or any(c in text for c in "\r\n\0"):
+        raise ConfigurationError(f"{what} {text!r} is not one e-mail address")
+    _, address = parsed[0]
+    local, at, domain = address.rpartition("@")
+    if not (local and at and domain) or any(c in address for c in ' ,;:<>()[]\\"'):
+        raise ConfigurationError(f"{what} {text!r} is not one e-mail address")
     return text
 
 
@@ -269,7 +273,10 @@ class EmailNotifier(Outbox[_Mail]):
                 )
             else:
                 client = smtplib.SMTP(settings.host, settings.port, timeout=settings.timeout)
-            with client:
+        except (smtplib.SMTPException, OSError) as error:
+            return f"{type(error).__name__}: {error}"
+        try:
+            try:
                 if settings.security == "starttls":
                     client.starttls(context=context)  # raises if the server cannot
                 if settings.username is not None and settings.password is not None:
@@ -277,11 +284,23 @@ class EmailNotifier(Outbox[_Mail]):
                 refused = client.send_message(
                     message, from_addr=self.sender, to_addrs=[item.recipient]
                 )
-        except (smtplib.SMTPException, OSError) as error:
-            return f"{type(error).__name__}: {error}"
-        if refused:
-            return f"the server refused {sorted(refused)}"
-        return ""
+            except (smtplib.SMTPException, OSError) as error:
+                return f"{type(error).__name__}: {error}"
+            if refused:
+                return f"the server refused {sorted(refused)}"
+            # The server took the message: a failed goodbye must not send it twice.
+            try:
+                client.quit()
+            except (smtplib.SMTPException, OSError) as error:
+                _log.info(
+                    "email: request %s was accepted for %s; QUIT then failed: %s",
+                    item.request_id,
+                    item.recipient,
+                    error,
+                )
+            return ""
+        finally:
+            client.close()
 
     def _detail(self, item: _Mail) -> str:
         return f", to {item.recipient}"

@@ -14,8 +14,11 @@ deciding nothing:
 - an expired link (410),
 - a link for a request that is no longer waiting (410), or whose input was edited since
   the link was sent, or no longer hashes to the link's sha256 (409),
-- a link opened before (410): it is taken on its first opening by a signed-in approver,
-  not before, so a scanner's fetch (which is sent to sign in) does not use it up.
+- a link opened before (410): it is taken on its first opening by a signed-in approver
+  whose approval would count, not before, so a scanner's fetch (which is sent to sign
+  in) does not use it up, nor does the saga's starter, the input's editor or one
+  outside the group the request escalated to (they reach the page, where their
+  approval is refused, and the link stays for one who can).
 
 The link's single use is a mark in `sagacity_channel_nonce` beside the approval
 requests (`_nonces`): a security nonce, not a fact about the saga.
@@ -41,7 +44,8 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from sagacity.approval import ApprovalRequest
-from sagacity.errors import ConfigurationError, SagacityError
+from sagacity.approval._policy import refuse_self_approval
+from sagacity.errors import ApprovalError, ConfigurationError, SagacityError
 from sagacity.journal import Phase
 from sagacity.server._auth import APPROVER, sagacity_of
 from sagacity.server._nonces import NonceStore, nonce_store_for
@@ -195,7 +199,14 @@ class ApprovalLinks:
                 expires_at=datetime.datetime.fromtimestamp(int(fields["e"]), datetime.UTC),
                 nonce=_text(fields["n"]),
             )
-        except (binascii.Error, orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+        except (
+            binascii.Error,
+            orjson.JSONDecodeError,
+            KeyError,
+            TypeError,
+            ValueError,
+            OverflowError,
+        ):
             raise forged from None  # signed by us, so this is a bug or a leaked key
         if fields.get("v") != 1 or not _HEX64.match(claim.sha256):
             raise forged
@@ -239,8 +250,8 @@ def _text(value: object) -> str:
     return value
 
 
-def _check_request(sagacity: Sagacity, claim: LinkClaim) -> None:
-    """Refuse a link whose request no longer waits, or waits for another input."""
+def _check_request(sagacity: Sagacity, claim: LinkClaim) -> ApprovalRequest:
+    """The request a link opens; refused when it no longer waits, or for another input."""
     stored = sagacity.approvals.get(claim.request_id)
     if stored is None or stored.saga_id != claim.saga_id:
         edited_to = None
@@ -280,6 +291,20 @@ def _check_request(sagacity: Sagacity, claim: LinkClaim) -> None:
             "and check its input there.",
             heading="Input changed",
         )
+    return shown
+
+
+def _counts(request: ApprovalRequest, principal: str) -> str | None:
+    """Why `principal`'s approval of `request` would not count; None when it would.
+
+    Its starter and editor, and one outside the group it escalated to, do not use a
+    link up: the link stays for one who can.
+    """
+    try:
+        refuse_self_approval(request, principal)
+    except ApprovalError as error:
+        return str(error)
+    return None
 
 
 def add_links(router: APIRouter, inbox: InboxSite, links: ApprovalLinks) -> None:
@@ -303,16 +328,16 @@ def add_links(router: APIRouter, inbox: InboxSite, links: ApprovalLinks) -> None
                     f"Principal {principal.name!r} cannot approve or reject requests: this "
                     "link was not used. Sign in as an approver to open it.",
                 )
-            await run_in_threadpool(_check_request, sagacity, claim)
-            taken = await run_in_threadpool(
+            shown = await run_in_threadpool(_check_request, sagacity, claim)
+            cannot = _counts(shown, principal.name)
+            if cannot is None and not await run_in_threadpool(
                 links.nonces_for(sagacity).take,
                 LINK_SCOPE,
                 claim.nonce,
                 by=principal.name,
                 now=links.now(sagacity),
                 until=claim.expires_at,
-            )
-            if not taken:
+            ):
                 raise Refusal(
                     410,
                     "This link was used already: each link opens its request once. Open "
@@ -324,8 +349,14 @@ def add_links(router: APIRouter, inbox: InboxSite, links: ApprovalLinks) -> None
         except SagacityError as error:
             return inbox.finish(request, inbox.refusal(request, refusal_of(error), session))
         session.channels[claim.request_id] = "email"
-        session.flash.append(
-            f"Opened from an e-mail link for sha256 {claim.sha256[:12]}…; decide below."
-        )
+        if cannot is not None:
+            session.flash.append(
+                f"Opened from an e-mail link for sha256 {claim.sha256[:12]}…, which stays "
+                f"unused: your approval would not count ({cannot})."
+            )
+        else:
+            session.flash.append(
+                f"Opened from an e-mail link for sha256 {claim.sha256[:12]}…; decide below."
+            )
         target = inbox.base(request) + request_path(claim.request_id)
         return inbox.finish(request, secured(RedirectResponse(target, status_code=303)))
