@@ -40,7 +40,13 @@ from sagacity import _telemetry
 from sagacity._decisions import WORK, DecisionOutcome
 from sagacity.approval import ApprovalRequest
 from sagacity.approval._policy import ApprovalHook, notify
-from sagacity.errors import AppendConflictError, ApprovalError, SagaBusyError, SagacityError
+from sagacity.errors import (
+    AppendConflictError,
+    ApprovalError,
+    ConfigurationError,
+    SagaBusyError,
+    SagacityError,
+)
 
 if TYPE_CHECKING:
     from sagacity.approval._lifecycle import ApprovalLifecycle
@@ -240,6 +246,13 @@ def sweep_due(
     logged and left to the next sweep. Only the journals of requests whose next check
     came (or that this process has not read yet) are read.
     """
+    if now.utcoffset() is None:
+        # The clock passed its check when the Sagacity was built, then changed: comparing
+        # its time with the journal's would raise a TypeError for every saga.
+        raise ConfigurationError(
+            f"clock returned {now!r}; it must return a timezone-aware datetime, such as "
+            "datetime.datetime.now(datetime.UTC)"
+        )
     sweeps = _sweeps_of(sagacity.approval)
     rows = sagacity.approvals.pending()
     stored: dict[str, list[ApprovalRequest]] = {}

@@ -179,6 +179,8 @@ class RequestEscalation:
                 name,
             )
             return None
+        # Journaled in UTC whatever the clock's zone, as the entry's readers expect.
+        now = now.astimezone(datetime.UTC)
         expires_at = now + group.ttl
         escalation = self.escalations.get(request.tool_name)
         remind_at = None

@@ -46,6 +46,10 @@ GROUP_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 MAX_MEMBERS = 1000
 """The most principals a group may name: more is a mistake, not a policy."""
 
+MAX_GROUP_TTL = datetime.timedelta(days=3660)
+"""The longest a group may take (about ten years): its expiry must stay a date the sweep
+can compute and journal, whatever the clock says."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ApproverGroup:
@@ -53,8 +57,8 @@ class ApproverGroup:
 
     Raises:
         ConfigurationError: The name is not a lowercase word of up to 32 letters, digits,
-            `-` or `_`; a member is not a principal name; there are no members; or the
-            time to live is not a positive number of seconds.
+            `-` or `_`; `members` is not a list of principal names, or is empty; or the
+            time to live is not a positive number of seconds up to `MAX_GROUP_TTL`.
     """
 
     name: str
@@ -72,24 +76,44 @@ class ApproverGroup:
                 f"approver group {name!r}: its name must be a lowercase letter then up to 31 "
                 "lowercase letters, digits, '-' or '_'"
             )
-        if isinstance(members, str):
+        if isinstance(members, str | bytes):
             raise ConfigurationError(
                 f"approver group {name!r}: members must be a list of principals, not the "
                 f"string {members!r}"
             )
-        for member in members:
+        try:
+            # Read once: a generator checked, then copied, would copy nothing.
+            given = list(members)
+        except TypeError:
+            raise ConfigurationError(
+                f"approver group {name!r}: members must be a list of principals, not "
+                f"{type(members).__name__}"
+            ) from None
+        for member in given:
             try:
                 require_name(member, f"approver group {name!r}: member")
             except ValueError as error:
                 raise ConfigurationError(str(error)) from None
-        named = tuple(dict.fromkeys(members))
+        # One principal named twice ('Carol' and 'carol' are one, as approvals count
+        # them) is one member: the first spelling is kept.
+        by_key: dict[str, str] = {}
+        for member in given:
+            by_key.setdefault(principal_key(member), member)
+        named = tuple(by_key.values())
         if not named or len(named) > MAX_MEMBERS:
             raise ConfigurationError(
-                f"approver group {name!r}: it needs 1 to {MAX_MEMBERS} members, not {len(named)}"
+                f"approver group {name!r}: members: it needs 1 to {MAX_MEMBERS} members, "
+                f"not {len(named)}"
+            )
+        lasts = _positive(ttl, f"approver group {name!r}: ttl")
+        if lasts > MAX_GROUP_TTL:
+            raise ConfigurationError(
+                f"approver group {name!r}: ttl must be at most {MAX_GROUP_TTL.days} days, "
+                f"not {lasts}"
             )
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "members", named)
-        object.__setattr__(self, "ttl", _positive(ttl, f"approver group {name!r}: ttl"))
+        object.__setattr__(self, "ttl", lasts)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,12 +221,15 @@ def tool_escalation(
     ttl: datetime.timedelta | None,
     groups: Mapping[str, ApproverGroup],
     ttl_name: str = "approval_ttl",
+    approvers: int = 1,
 ) -> ToolEscalation | None:
     """What tool `name` declared, checked against this Sagacity's TTL and groups.
 
     Raises:
         ConfigurationError: Requests do not expire (`approval_ttl` is None), the reminder
-            would come before the request is made, or the group is not configured.
+            would come before the request is made, the group is not configured, or it
+            has fewer members than the tool's `approvers` (an escalated request could
+            never be approved).
     """
     if remind_before is None and escalate_to is None:
         return None
@@ -226,6 +253,13 @@ def tool_escalation(
             raise ConfigurationError(
                 f"{where}: escalate_to={escalate_to!r} names no approver group of this "
                 f"Sagacity (configured: {known}); give Sagacity(approver_groups=[...])"
+            )
+        if len(group.members) < approvers:
+            raise ConfigurationError(
+                f"{where}: escalate_to={escalate_to!r} names a group of {len(group.members)} "
+                f"member(s), but the tool needs approvers={approvers} different approvers: "
+                "an escalated request could never be approved; add members to the group or "
+                "lower approvers"
             )
     return ToolEscalation(remind_before=before, escalate_to=group)
 

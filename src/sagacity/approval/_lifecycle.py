@@ -123,6 +123,7 @@ class ApprovalLifecycle(RequestDecisions, RequestEscalation):
                     declared.escalate_to,
                     ttl=self.ttl,
                     groups=self.policy.groups,
+                    approvers=declared.approvers,
                 )
         for name, escalation in escalations.items():
             if escalation is None:
