@@ -6,6 +6,7 @@ attack comes: refused at start-up, fail closed, a stage runs once, undone in rev
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -374,6 +375,63 @@ class TestHangingCheck:
         assert handles[0].status is WorkflowStatus.COMPLETED
         assert ran == ["hold", "pay"]
         assert second.resume("h-1").status is WorkflowStatus.COMPLETED
+        assert ran == ["hold", "pay"]
+
+
+class AsyncHanging(StageCheck):
+    """An async check that waits for ever while `hang` is set, then says ok."""
+
+    def __init__(self) -> None:
+        self.hang = True
+        self.entered = asyncio.Event()
+
+    async def check(self, ctx: CheckContext) -> CheckResult:
+        if self.hang:
+            self.entered.set()
+            await asyncio.Event().wait()
+        return CheckResult.ok()
+
+
+def _async_checked(guard: StageCheck, ran: list[str]) -> object:
+    @workflow("async-answered")
+    class AsyncAnswered:
+        @stage(order=1)
+        async def hold(self, x: int) -> int:
+            ran.append("hold")
+            return x
+
+        @stage(order=2)
+        @check(guard)
+        async def pay(self, x: int) -> int:
+            ran.append("pay")
+            return x
+
+    return AsyncAnswered()
+
+
+class TestCancelledHangingCheck:
+    async def test_a_run_cancelled_in_a_hanging_check_is_resumed_elsewhere(
+        self, two: tuple[Sagacity, Sagacity]
+    ) -> None:
+        """Cancelled while its async check hangs, the run lets go; another worker finishes it.
+
+        Nothing of the stage was journaled, so the checks run again there and the stage
+        that ran before is not run again.
+        """
+        one, other = two
+        hanging = AsyncHanging()
+        ran: list[str] = []
+        first = WorkflowRuntime(one, [_async_checked(hanging, ran)])
+        started = asyncio.ensure_future(first.astart("async-answered", 2, run_id="ah-1"))
+        await asyncio.wait_for(hanging.entered.wait(), 10)
+        started.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await started
+        second = WorkflowRuntime(other, [_async_checked(hanging, ran)])
+        assert second.get("ah-1").status is WorkflowStatus.RUNNING
+        hanging.hang = False
+        handle = await second.aresume("ah-1")
+        assert handle.status is WorkflowStatus.COMPLETED
         assert ran == ["hold", "pay"]
 
 
