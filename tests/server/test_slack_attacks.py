@@ -309,6 +309,11 @@ class TestDecidedElsewhere:
         assert [(p, d["approver"]) for p, d in decisions(sagacity, "elsewhere-1")] == [
             ("APPROVED", "alice")
         ]
+        calls = [api.next() for _ in range(4)]
+        assert sorted(c.method for c in calls) == ["chat.postEphemeral"] * 2 + ["chat.update"] * 2
+        update = next(c for c in calls if c.method == "chat.update")
+        assert not has_buttons(update)  # the message no longer asks anyone
+        assert "Approved by alice (1 of 1)" in "\n".join(texts_of(update))
 
     def test_rejected_in_the_inbox_then_clicked_the_message_says_so(
         self, sagacity: Sagacity, bank: Bank, api: SlackApi, slack_client: TestClient

@@ -15,8 +15,9 @@ button's), journaled with `via="slack"`. The message is then updated (`chat.upda
 say who decided; a refusal is told to the clicker alone (`chat.postEphemeral`), and in
 the HTTP answer's status. A click on a message whose request no longer waits for the
 input it shows (decided, edited or changed elsewhere) also replaces that message with
-one that says so, without buttons. Approve is refused for an input too long for the
-message to show whole (`shows_whole_input`): it is approved in the inbox.
+one that says so, without buttons; one approved elsewhere is updated to say by whom.
+Approve is refused for an input too long for the message to show whole
+(`shows_whole_input`): it is approved in the inbox.
 """
 
 from __future__ import annotations
@@ -276,18 +277,8 @@ class SlackInteractions:
                     request_id=click.request_id,
                     tool_name=tool_name,
                 )
-                if stale and click.message_ts is not None:
-                    # Everyone in the channel sees the message: its buttons must go, and
-                    # it must say why, or it keeps showing an input nobody is asked for.
-                    self.notifier.call(
-                        "chat.update",
-                        {"channel": click.channel, "ts": click.message_ts}
-                        | _stale_message(click, refused.text),
-                        event="approval.stale",
-                        saga_id=click.saga_id,
-                        request_id=click.request_id,
-                        tool_name=tool_name,
-                    )
+                if click.message_ts is not None:
+                    self._refresh(sagacity, click, refused, stale=stale, tool_name=tool_name)
             raise
         after = _pending(sagacity, click) or shown
         decided = f"{what} (sha256 {click.sha256[:12]}…)"
@@ -313,6 +304,40 @@ class SlackInteractions:
                 tool_name=shown.tool_name,
             )
         return decided
+
+    def _refresh(
+        self, sagacity: Sagacity, click: _Click, refused: _Refused, *, stale: bool, tool_name: str
+    ) -> None:
+        """Update a message a refused click found out of date, for everyone in the channel.
+
+        A message whose request no longer waits for the input it shows loses its buttons
+        and says so; one whose request was approved elsewhere says by whom. A refusal
+        about the clicker (a stranger, the starter) changes nothing.
+        """
+        body: dict[str, Any] | None = None
+        if stale:
+            body = _stale_message(click, refused.text)
+        elif refused.status == 409:
+            try:
+                current = _pending(sagacity, click)
+            except SagacityError:
+                current = None
+            if current is not None and current.state == "approved":
+                names = ", ".join(a.approver for a in current.approvals)
+                body = request_message(
+                    current,
+                    decided=f"Approved by {names} ({len(current.approvals)} of "
+                    f"{current.approvers_required}): it no longer waits for approval",
+                )
+        if body is not None and click.channel is not None:
+            self.notifier.call(
+                "chat.update",
+                {"channel": click.channel, "ts": click.message_ts, **body},
+                event="approval.stale",
+                saga_id=click.saga_id,
+                request_id=click.request_id,
+                tool_name=tool_name,
+            )
 
 
 def _stale_message(click: _Click, why: str) -> dict[str, Any]:
