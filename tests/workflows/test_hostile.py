@@ -546,3 +546,38 @@ class TestFailureAfterTheGate:
         undone = [e.call_id for e in one.history("f-1") if e.phase is Phase.COMPENSATED]
         assert undone[:2] == ["pay", "hold"]
         assert verify(one.journal, "f-1").ok
+
+
+class TestHostileDecisions:
+    @pytest.fixture
+    def paused(self) -> tuple[Sagacity, WorkflowRuntime]:
+        sagacity = memory_sagacity()
+        runtime = WorkflowRuntime(sagacity, [GuardedPayout()])
+        runtime.start("guarded-payout", 10, run_id="d-1")
+        return sagacity, runtime
+
+    @pytest.mark.parametrize("reason", [None, 5, b"no", ["no"]])
+    def test_a_rejection_reason_that_is_not_text_is_refused(
+        self, paused: tuple[Sagacity, WorkflowRuntime], reason: Any
+    ) -> None:
+        """A reason becomes the run's error and is journaled: not text, nothing is decided."""
+        sagacity, runtime = paused
+        entries = len(sagacity.history("d-1"))
+        with pytest.raises(ValueError, match=r"a rejection's reason must be text"):
+            runtime.reject_gate("d-1", "pay", "bob", reason)
+        assert len(sagacity.history("d-1")) == entries
+        assert runtime.get("d-1").gate.state == "waiting"  # type: ignore[union-attr]
+
+    def test_a_reason_without_a_utf8_form_journals_nothing(
+        self, paused: tuple[Sagacity, WorkflowRuntime]
+    ) -> None:
+        """A lone surrogate in the reason is refused by the journal: the gate still waits."""
+        from sagacity import SerializationError
+
+        sagacity, runtime = paused
+        entries = len(sagacity.history("d-1"))
+        with pytest.raises(SerializationError, match=r"cannot append REJECTED"):
+            runtime.reject_gate("d-1", "pay", "bob", "no \ud800")
+        assert len(sagacity.history("d-1")) == entries
+        assert runtime.get("d-1").gate.state == "waiting"  # type: ignore[union-attr]
+        assert runtime.reject_gate("d-1", "pay", "bob", "no").status is WorkflowStatus.COMPENSATED

@@ -98,8 +98,13 @@ class WorkflowGates(WorkflowRuns):
 
         Raises:
             ApprovalNotFoundError: No gate waits at that stage.
+            ValueError: The approver names nobody, or the reason is not text.
         """
         require_name(approver, "approver")
+        if not isinstance(reason, str):  # journaled and shown as the run's error
+            raise ValueError(
+                f"run {run_id!r}: a rejection's reason must be text, not {reason!r:.80}"
+            )
         _, _, request = self._waiting(run_id, stage)
         self.sagacity.reject(
             run_id, approver=approver, reason=reason, request_id=request.request_id, via=via
