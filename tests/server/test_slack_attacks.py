@@ -579,3 +579,61 @@ class TestTamperedStore:
         calls = [api.next(), api.next()]
         (update,) = [c for c in calls if c.method == "chat.update"]
         assert not has_buttons(update)
+
+
+class TestTheBotToken:
+    def test_a_redirect_does_not_carry_the_token_elsewhere(self, bank: Bank) -> None:
+        """The Web API answers 302 to another host: the call fails, the token stays home."""
+        import http.server
+        import queue
+        import threading
+
+        stolen: queue.Queue[str] = queue.Queue()
+
+        class Thief(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                stolen.put(self.headers.get("Authorization", ""))
+                self.send_response(200)
+                self.end_headers()
+
+            do_POST = do_GET
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        thief = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Thief)
+        elsewhere = f"http://127.0.0.1:{thief.server_address[1]}/steal"
+
+        class Redirect(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(302)
+                self.send_header("Location", elsewhere)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        redirect = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+        servers = [thief, redirect]
+        threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in servers]
+        for thread in threads:
+            thread.start()
+        try:
+            sender = SlackNotifier(
+                "xoxb-secret-token",
+                channel=CHANNEL,
+                api_base=f"http://127.0.0.1:{redirect.server_address[1]}/api",
+                retries=0,
+            )
+            instance = Sagacity.from_url("memory://", on_approval_request=sender)
+            instance.wrap(bank)
+            start_wire(instance, bank, "token-1")
+            sender.close()
+        finally:
+            for server in servers:
+                server.shutdown()
+                server.server_close()
+        assert (sender.delivered, sender.failed) == (0, 1)
+        assert stolen.empty()

@@ -177,6 +177,16 @@ def request_message(
     return {"text": one_line(fallback, 3000), "blocks": blocks}
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A 3xx is a failed call: urllib would follow it with the bot token, to any host."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _ApiCall:
     method: str
@@ -310,7 +320,7 @@ class SlackNotifier(Outbox[_ApiCall]):
             method="POST",
         )
         try:
-            with urllib.request.urlopen(post, timeout=self.timeout) as answer:
+            with _OPENER.open(post, timeout=self.timeout) as answer:
                 status, text = answer.status, answer.read()
         except urllib.error.HTTPError as error:
             status, text = error.code, b""
