@@ -10,6 +10,7 @@ Memory, SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 from typing import Any
@@ -32,7 +33,9 @@ from sagacity import (
 )
 from sagacity.audit import chain_heads
 from sagacity.audit._keys import generate_key
+from sagacity.journal import canonical_bytes
 from tests._postgres import admin_connection
+from tests.approval._edit_row import edit_payload
 from tests.approval._policy import OpenSagacity
 from tests.audit._tamper import MemoryTamper, SqliteTamper
 
@@ -333,8 +336,6 @@ class TestUnsignedGrantsInVerify:
 
     def test_an_edited_use_is_named_once(self, sagacity: Sagacity, store_url: str) -> None:
         """A GRANT_USED edited in storage: one problem, the chain's own, at that seq."""
-        from tests.approval._edit_row import edit_payload
-
         sagacity.wrap(Ledger())
         grant = sagacity.grant("pay", **_terms(max_amount=100, amount_field="amount"))
         chain_id = f"grant-{grant.grant_id}"
@@ -378,3 +379,65 @@ class TestChainIds:
         assert _run(sagacity, "s1", "pay", amount=1, payee="A") is RAN
         assert sagacity.get_grant(grant.grant_id).used_calls == 1
         assert ledger.ran == ["pay 1 A"]
+
+
+def _rewrite_first(sagacity: Sagacity, store_url: str, saga_id: str, payload: Any) -> None:
+    """Store `payload` as the chain's first entry with a freshly computed hash."""
+    first = sagacity.history(saga_id)[0]
+    entry = dataclasses.replace(first, payload=payload)
+    entry = dataclasses.replace(entry, hash=entry.computed_hash())
+    journal: Any = sagacity.journal
+    if isinstance(journal, InMemoryJournal):
+        MemoryTamper(journal).replace(saga_id, 1, entry)
+    elif isinstance(journal, SqliteJournal):
+        tamper = SqliteTamper(journal)
+        try:
+            tamper.replace(saga_id, 1, entry)
+        finally:
+            tamper.close()
+    else:
+        schema = dict(parse_qsl(urlsplit(store_url).query))["schema"]
+        table = f'"{schema}".sagacity_journal'
+        with admin_connection() as conn, conn.transaction():
+            conn.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+            conn.execute(
+                f"UPDATE {table} SET payload = %s, hash = %s WHERE saga_id = %s AND seq = 1",
+                (canonical_bytes(payload).decode(), entry.hash, saga_id),
+            )
+            conn.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+class TestRewrittenGrant:
+    def test_raised_limits_with_a_fresh_hash_do_not_count_where_grants_are_signed(
+        self, open_sagacity: OpenSagacity, store_url: str
+    ) -> None:
+        """A GRANTED rewritten whole (max_calls 1 to 1000, hash recomputed).
+
+        Its chain verifies link by link, so only a recorded head tells; where approvals
+        must be signed, the signature over the terms fails and the grant covers nothing.
+        """
+        key = generate_key()
+        granting = open_sagacity(approval_signing_key=key)
+        worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+        ledger = Ledger()
+        worker.wrap(ledger)
+        grant = granting.grant("pay", **_terms(max_calls=1))
+        chain_id = f"grant-{grant.grant_id}"
+        heads = chain_heads(granting.journal, chain_id)
+        granted = granting.history(chain_id)[0].payload
+        raised = {**granted, "terms": {**granted["terms"], "max_calls": 1000}}  # type: ignore[dict-item,index,call-overload]
+        _rewrite_first(granting, store_url, chain_id, raised)
+
+        assert granting.get_grant(grant.grant_id).max_calls == 1000  # signatures not required
+        shown = worker.get_grant(grant.grant_id)
+        assert (shown.state, shown.problem) == (
+            "unverifiable",
+            f"its signature does not verify with key {key.key_id!r}",
+        )
+        assert _run(worker, "s1", "pay", amount=1, payee="A") is ASKED
+        assert ledger.ran == []
+        (rewritten,) = verify(worker.journal, chain_id, heads=heads).problems
+        assert rewritten.reason.startswith("rewritten: seq 1")
+        (unsigned,) = verify(worker.journal, approval_public_keys=[key.public]).problems
+        assert (unsigned.saga_id, unsigned.seq) == (chain_id, 1)
+        assert "signature does not verify" in unsigned.reason
