@@ -6,8 +6,10 @@ nothing.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi import FastAPI
@@ -18,6 +20,7 @@ from sagacity.server import router
 from sagacity.testing import FakeClock
 from sagacity.workflows import WorkflowRuntime
 from tests.server._bank import ALICE, BOB, OLGA, VIEWER, token_auth
+from tests.workflows._guarded import GuardedPayout
 from tests.workflows._refund import REQUEST, Ledger, RefundWorkflow
 
 RUN = "refund-1"
@@ -196,3 +199,40 @@ class TestLateDecisions:
         run = client.get(f"/sagacity/workflows/{RUN}", headers=VIEWER).json()
         assert run["status"] == "COMPENSATED"
         assert served[2].lines() == ["reserve A-17 120.00", "release res-A-17"]
+
+
+class TestBusyRun:
+    def test_resume_while_another_worker_runs_the_approved_stage_is_409(
+        self, tmp_path: Path
+    ) -> None:
+        """The worker inside the gated stage holds the run: the route answers 409, runs nothing."""
+        url = f"sqlite:///{tmp_path / 'busy.db'}"
+        served, working = Sagacity.from_url(url), Sagacity.from_url(url)
+        try:
+            payer, bystander = GuardedPayout(), GuardedPayout()
+            worker = WorkflowRuntime(working, [payer])
+            here = WorkflowRuntime(served, [bystander])
+            worker.start("guarded-payout", 30, run_id="busy-1")
+            worker.approve_gate("busy-1", "pay", "alice")
+            payer.release.clear()
+            resumed: list[Any] = []
+            thread = threading.Thread(target=lambda: resumed.append(worker.resume("busy-1")))
+            thread.start()
+            assert payer.paying.wait(10)
+            app = FastAPI()
+            app.include_router(router(served, token_auth(), ui=False))
+            with TestClient(app, raise_server_exceptions=False) as client:
+                busy = client.post("/sagacity/workflows/busy-1/resume", headers=OLGA)
+                assert busy.status_code == 409
+                assert busy.json()["error"] == "SagaBusyError"
+                payer.release.set()
+                thread.join(10)
+                done = client.post("/sagacity/workflows/busy-1/resume", headers=OLGA)
+                assert done.json()["status"] == "COMPLETED"
+            assert resumed[0].status.value == "COMPLETED"
+            assert payer.log == ["hold 30", "pay 30", "receipt payment-30"]
+            assert bystander.log == []
+            assert here.get("busy-1").result == "receipt-payment-30"
+        finally:
+            served.close()
+            working.close()
