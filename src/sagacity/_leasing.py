@@ -1,12 +1,20 @@
 """Holding a saga's lease while this worker runs, resumes, compensates or resolves it.
 
 The read side, who holds each open saga for the operator's views, is `_lease_view`.
+
+A durable engine's steps join their saga one after another, in one process, a moment
+apart. With `linger`, a join that lets its saga go parks the lease instead of releasing
+it (`ParkedLeases`): still held, still renewed, and adopted by the saga's next lease
+keeper in this process without a commit, or released by the renewer once the linger
+passed. Another worker waits for it up to that long.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
+import dataclasses
 import datetime
 import math
 import os
@@ -14,6 +22,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
@@ -21,12 +30,12 @@ from sagacity._chain_kind import refuse_grant_chain
 from sagacity._history import SagaHistory
 from sagacity._lease_view import holder_gone, leases_of, pid_namespace
 from sagacity._offloop import finished_off_loop
-from sagacity._recent import recent_histories
+from sagacity._recent import RecentHistories, recent_histories
 from sagacity.errors import JournalError, LeaseLostError, SagaBusyError
 from sagacity.journal import SideEffectJournal
 from sagacity.journal._lease import SagaLease
 
-__all__ = ["LeaseKeeper"]
+__all__ = ["LeaseKeeper", "ParkedLeases", "parked_leases", "release_parked"]
 
 _POLL = 0.05
 """The first pause between tries to take a busy saga's lease; it doubles up to 0.5 s."""
@@ -54,6 +63,11 @@ class LeaseKeeper:
         ttl: How long the lease lasts without a renewal.
         wait: How long to wait for a busy saga; 0 refuses at once with `SagaBusyError`.
         clock: The current time, timezone-aware.
+        linger: Seconds to keep the lease parked after the block, for the saga's next
+            keeper in this process (see `ParkedLeases`); 0 releases it at once.
+
+    A lease parked here for the saga is adopted on entry, whatever this keeper's own
+    `linger`: it is this process's already, and taking it again would wait for itself.
     """
 
     def __init__(
@@ -64,6 +78,7 @@ class LeaseKeeper:
         ttl: datetime.timedelta,
         wait: float,
         clock: Callable[[], datetime.datetime],
+        linger: float = 0.0,
     ) -> None:
         self._journal = journal
         self._saga_id = saga_id
@@ -79,11 +94,23 @@ class LeaseKeeper:
         self.due = 0.0
         """When the renewer renews next (`time.monotonic()`)."""
         self.lease: SagaLease | None = None
+        self.linger = linger
+        """Seconds the lease stays parked after the block; a join sets 0 to let it go."""
+        self.parked_until = math.inf
+        """While parked, when the renewer releases the lease (`time.monotonic()`)."""
+        self._lost = False
+        self._adopted = False
+        """The lease was parked here by an earlier keeper: its take's head is old news."""
+
+    @property
+    def saga_id(self) -> str:
+        """The saga held."""
+        return self._saga_id
 
     def __enter__(self) -> LeaseKeeper:
         deadline = time.monotonic() + self._wait
         pause = _POLL
-        while not self._acquired(deadline, pause):
+        while not (self._adopted_parked() or self._acquired(deadline, pause)):
             time.sleep(pause)
             pause = min(pause * 2, 0.5)
         return self
@@ -95,6 +122,7 @@ class LeaseKeeper:
         (PostgreSQL: on the loop's async connections), else on a worker thread the loop
         awaits; the wait for a busy saga is an `asyncio.sleep`.
         """
+        self.linger = 0.0  # parked, it would be released off the loop: not worth it here
         deadline = time.monotonic() + self._wait
         pause = _POLL
         while not await self._try_acquire(deadline, pause):
@@ -104,12 +132,7 @@ class LeaseKeeper:
 
     async def _try_acquire(self, deadline: float, pause: float) -> bool:
         """One try, off the loop; a task cancelled meanwhile lets go of what it took."""
-        native = getattr(self._journal, "aacquire_lease", None)
-        trying = asyncio.ensure_future(
-            asyncio.to_thread(self._acquired, deadline, pause)
-            if native is None
-            else self._aacquired(native, deadline, pause)
-        )
+        trying = asyncio.ensure_future(self._attempt(deadline, pause))
         try:
             return await asyncio.shield(trying)
         except asyncio.CancelledError:
@@ -122,6 +145,17 @@ class LeaseKeeper:
                 # the lease expired.
                 await finished_off_loop(lambda: self.__exit__(None, None, None))
             raise
+
+    async def _attempt(self, deadline: float, pause: float) -> bool:
+        """Adopt the lease parked here (on a worker thread), else take it."""
+        parking = parked_leases(self._journal, create=False)
+        parked_here = parking is not None and self._saga_id in parking
+        if parked_here and await asyncio.to_thread(self._adopted_parked):
+            return True
+        native = getattr(self._journal, "aacquire_lease", None)
+        if native is None:
+            return await asyncio.to_thread(self._acquired, deadline, pause)
+        return await self._aacquired(native, deadline, pause)
 
     async def __aexit__(
         self,
@@ -201,22 +235,85 @@ class LeaseKeeper:
         _renewer.hold(self)
         return True
 
+    def _adopted_parked(self) -> bool:
+        """Adopt the lease an earlier keeper of this process parked on the saga, if any.
+
+        No commit: the lease is this process's already. One lost, or with less than a
+        third of its time to live left (a renewal may not land in time), is released
+        instead, and the lease is taken as usual.
+        """
+        parking = parked_leases(self._journal, create=False)
+        parked = None if parking is None else parking.take(self._saga_id)
+        if parked is None:
+            return False
+        _renewer.let_go(parked)  # a renewal of it under way lands first: its lease is newest
+        if parked.lost or parked._expiring():
+            parked._release()
+            return False
+        assert parked.lease is not None
+        self._owner = parked._owner
+        # Renewed since, and appended to: the head it was taken at says nothing now, so
+        # `known_history` reads the head, and `empty_history` knows nothing.
+        self.lease = dataclasses.replace(parked.lease, head_seq=None)
+        self._adopted = True
+        self.due = parked.due
+        _renewer.hold(self)
+        return True
+
+    def _expiring(self) -> bool:
+        """Less than a third of the lease's time to live is left."""
+        assert self.lease is not None
+        return self.lease.expires_at - self._clock() < self._ttl / 3
+
+    def turn(self) -> float:
+        """When the renewer should next look at this keeper: to renew, or to unpark it."""
+        return min(self.due, self.parked_until)
+
     def __exit__(
         self,
         kind: type[BaseException] | None,
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        _renewer.let_go(self)
         recent = recent_histories(self._journal)
         if recent is not None:
             for history in self._histories:
                 recent.keep(history)  # still leased: the journal holds this much, for now
+        if kind is None and self._parked():
+            return
+        _renewer.let_go(self)
+        self._release()
+
+    def _release(self) -> None:
+        """Free the saga for the next worker, if it is still this worker's to free."""
         if self._must_release():
             assert self.lease is not None
             # Not released, it expires on its own: the next worker waits for that.
             with contextlib.suppress(JournalError):
                 self._journal.release_lease(self.lease)
+
+    def _parked(self) -> bool:
+        """Park the lease for the saga's next keeper here, if lingering and still ours.
+
+        Never after an exception, nor for a lease lost or freed by the saga's end.
+        """
+        if self.linger <= 0 or not self._must_release() or self.due == math.inf:
+            return False
+        parking = parked_leases(self._journal)
+        if parking is None:
+            return False
+        _release_parked_at_exit()
+        self.parked_until = time.monotonic() + self.linger
+        parking.park(self)
+        _renewer.hold(self)  # still renewed; woken in time to release it
+        return True
+
+    def _unparked(self) -> None:
+        """The linger passed or the journal is closing: release the lease (on a claim)."""
+        self._release()
+        parking = parked_leases(self._journal, create=False)
+        if parking is not None:
+            parking.left(self)
 
     def _must_release(self) -> bool:
         """Whether the lease is still this worker's to free: the saga did not end here."""
@@ -235,12 +332,34 @@ class LeaseKeeper:
 
     @property
     def known_history(self) -> SagaHistory | None:
-        """The saga's history at the lease's take, if known without a read (see `_recent`)."""
+        """The saga's history at the lease's take, if known without a read (see `_recent`).
+
+        For an adopted lease, what this process kept of the saga if one read of the
+        saga's head (no commit) finds nothing after it: while parked, the lease kept out
+        other workers, not an approval, nor a takeover after an expiry.
+        """
         recent = recent_histories(self._journal)
+        if self._adopted:
+            return None if recent is None else self._unmoved(recent)
         empty = self.empty_history
         if empty is not None or self.lease is None or recent is None:
             return empty
         return recent.history(self._saga_id, self.lease)
+
+    def _unmoved(self, recent: RecentHistories) -> SagaHistory | None:
+        """The kept history if the saga's head is still its last seq, else None."""
+        kept = recent.kept(self._saga_id)
+        if kept is None:
+            return None
+        try:
+            # The first entry after the kept head, in (saga, seq) order: another saga's,
+            # or none, when nothing was appended to this one since.
+            after = self._journal.list_entries(after=(self._saga_id, len(kept)), limit=1)
+        except JournalError:
+            return None
+        if after and after[0].saga_id == self._saga_id:
+            return None
+        return SagaHistory.of(self._saga_id, kept)
 
     def hold(self, history: SagaHistory) -> SagaHistory:
         """Make `history`'s appends fenced by this lease; return it.
@@ -265,7 +384,7 @@ class LeaseKeeper:
     @property
     def lost(self) -> bool:
         """True once the lease was found taken over."""
-        return any(history.lease_lost for history in self._histories)
+        return self._lost or any(history.lease_lost for history in self._histories)
 
     def renew(self) -> None:
         """Renew the lease now (on the renewer's thread); note it lost if it was."""
@@ -274,6 +393,7 @@ class LeaseKeeper:
         try:
             self.lease = self._journal.renew_lease(self.lease, expires_at=self._clock() + self._ttl)
         except LeaseLostError:
+            self._lost = True
             for history in self._histories:
                 history.lease_lost = True
             self.due = float("inf")  # never again: the saga is another worker's
@@ -304,7 +424,7 @@ class _Renewer:
                     target=self._run, name="sagacity-lease-renewer", daemon=True
                 )
                 self._thread.start()
-            elif keeper.due < self._wakes_at:
+            elif keeper.turn() < self._wakes_at:
                 self._changed.notify()
 
     def let_go_now(self, keeper: LeaseKeeper) -> bool:
@@ -326,21 +446,153 @@ class _Renewer:
         while True:
             with self._changed:
                 now = time.monotonic()
-                due = {keeper for keeper in self._held if keeper.due <= now}
+                due = {keeper for keeper in self._held if keeper.turn() <= now}
                 if not due:
-                    nearest = min((keeper.due for keeper in self._held), default=math.inf)
+                    nearest = min((keeper.turn() for keeper in self._held), default=math.inf)
                     self._wakes_at = nearest
                     self._changed.wait(None if nearest == math.inf else nearest - now)
                     continue
                 self._renewing = due
             for keeper in due:  # renewed outside the lock: a renewal waits on the database
                 try:
-                    keeper.renew()
+                    if keeper.parked_until <= now:
+                        self._unpark(keeper)
+                    elif keeper.due <= now:
+                        keeper.renew()
                 except Exception:  # the thread must outlive any one lease, and renew the rest
                     keeper.due = time.monotonic() + keeper.interval
             with self._changed:
                 self._renewing = set()
                 self._changed.notify_all()
 
+    def _unpark(self, keeper: LeaseKeeper) -> None:
+        """Release a lease whose linger passed, unless a keeper adopted it meanwhile."""
+        parking = parked_leases(keeper._journal, create=False)
+        if parking is None or not parking.claim(keeper):
+            return  # adopted: its adopter lets it go from here (`let_go` waits for this)
+        with self._changed:
+            self._held.discard(keeper)
+        keeper._unparked()
+
 
 _renewer = _Renewer()
+
+
+class ParkedLeases:
+    """The leases this process parked after a join let its saga go (`linger`), per journal.
+
+    A parked lease is still held: the renewer renews it, and releases it once its linger
+    passed. The saga's next lease keeper in this process adopts it instead of taking the
+    lease (no commit). Taking one out is exclusive: of two threads joining the saga at
+    once, one adopts it and the other takes the lease as any worker would, waiting for
+    it. A lease on its way out (being released) is waited for, so that a keeper of this
+    process never finds the saga busy with its own lease.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._parked: dict[str, LeaseKeeper] = {}
+        self._leaving: dict[str, LeaseKeeper] = {}
+
+    def __contains__(self, saga_id: object) -> bool:
+        with self._changed:
+            return saga_id in self._parked or saga_id in self._leaving
+
+    def park(self, keeper: LeaseKeeper) -> None:
+        """Keep `keeper`'s lease for the saga's next keeper here."""
+        with self._changed:
+            self._parked[keeper.saga_id] = keeper
+
+    def take(self, saga_id: str) -> LeaseKeeper | None:
+        """The keeper parked on the saga, taken out for adoption; None if none is parked.
+
+        A lease being released is waited for first: then the saga is free to take.
+        """
+        with self._changed:
+            self._changed.wait_for(lambda: saga_id not in self._leaving)
+            keeper = self._parked.pop(saga_id, None)
+            if keeper is not None:
+                keeper.parked_until = math.inf
+            return keeper
+
+    def claim(self, keeper: LeaseKeeper) -> bool:
+        """Take `keeper` out to release it, unless it was adopted; then call `left`."""
+        with self._changed:
+            if self._parked.get(keeper.saga_id) is not keeper:
+                return False
+            del self._parked[keeper.saga_id]
+            keeper.parked_until = math.inf
+            self._leaving[keeper.saga_id] = keeper
+            return True
+
+    def claim_all(self) -> list[LeaseKeeper]:
+        """Take every parked keeper out to release it (see `claim`)."""
+        with self._changed:
+            keepers = list(self._parked.values())
+            self._parked.clear()
+            for keeper in keepers:
+                keeper.parked_until = math.inf
+                self._leaving[keeper.saga_id] = keeper
+            return keepers
+
+    def left(self, keeper: LeaseKeeper) -> None:
+        """A claimed keeper's lease was released (or left to expire)."""
+        with self._changed:
+            if self._leaving.get(keeper.saga_id) is keeper:
+                del self._leaving[keeper.saga_id]
+            self._changed.notify_all()
+
+
+_PARKED: weakref.WeakKeyDictionary[SideEffectJournal, ParkedLeases] = weakref.WeakKeyDictionary()
+_PARKED_LOCK = threading.Lock()
+_exit_hooked = False
+
+
+def parked_leases(journal: SideEffectJournal, *, create: bool = True) -> ParkedLeases | None:
+    """The leases parked for `journal`; None if it has none (and not `create`) or cannot.
+
+    A journal that cannot be weakly referenced parks nothing: its leases are released.
+    """
+    with _PARKED_LOCK:
+        try:
+            found = _PARKED.get(journal)
+            if found is None and create:
+                found = _PARKED[journal] = ParkedLeases()
+        except TypeError:
+            return None
+        return found
+
+
+def release_parked(journal: SideEffectJournal) -> None:
+    """Release now every lease parked for `journal`: before it closes, at exit."""
+    parking = parked_leases(journal, create=False)
+    if parking is None:
+        return
+    for keeper in parking.claim_all():
+        _renewer.let_go(keeper)
+        keeper._unparked()
+
+
+def _release_all_parked() -> None:
+    """At exit: release the leases still parked.
+
+    A process killed leaves them to expire, or to the next worker on its host, which
+    finds their holder gone (`holder_gone`) and takes them over at once.
+    """
+    with _PARKED_LOCK:
+        journals = list(_PARKED.keys())
+    for journal in journals:
+        release_parked(journal)
+
+
+def _release_parked_at_exit() -> None:
+    """Register `_release_all_parked` at the first park.
+
+    At-exit hooks run last registered first: this one runs before those of the journal
+    (its connection pool) opened earlier.
+    """
+    global _exit_hooked
+    with _PARKED_LOCK:
+        if not _exit_hooked:
+            atexit.register(_release_all_parked)
+            _exit_hooked = True

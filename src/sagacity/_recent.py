@@ -43,11 +43,19 @@ class RecentHistories:
         """The saga's history if what was kept is all the journal held at `lease`'s take."""
         if lease is None or not lease.head_seq:
             return None
-        with self._lock:
-            kept = self._entries.get(saga_id)
-        if kept is None or len(kept) != lease.head_seq:
+        return self.at(saga_id, lease.head_seq)
+
+    def at(self, saga_id: str, head_seq: int) -> SagaHistory | None:
+        """The saga's history if what was kept is seq 1 to `head_seq`, its head read since."""
+        kept = self.kept(saga_id)
+        if kept is None or len(kept) != head_seq:
             return None
         return SagaHistory.of(saga_id, kept)
+
+    def kept(self, saga_id: str) -> tuple[JournalEntry, ...] | None:
+        """The entries kept for the saga (seq 1 to the last, no gap), if any."""
+        with self._lock:
+            return self._entries.get(saga_id)
 
     def keep(self, history: SagaHistory) -> None:
         """Remember `history` as the saga's journal now; forget a saga that ended."""

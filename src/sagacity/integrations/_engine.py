@@ -2,8 +2,10 @@
 
 Temporal activities and DBOS steps run these, each joining its saga by id (the engine's
 workflow id): take the saga's lease, read the journal, act, let the lease go. Nothing is
-held in memory between steps, so the steps of one saga may run in any process that
-shares the journal. The engines' own modules turn the outcomes into their errors.
+needed in memory between steps, so the steps of one saga may run in any process that
+shares the journal. A call may keep the lease a moment (`linger`) for the saga's next
+step in the same process, which then adopts it instead of taking it. The engines' own
+modules turn the outcomes into their errors.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def run_call(
     arguments: dict[str, Any],
     approved: bool,
     resumer: str,
+    linger: float = 0.0,
 ) -> Ran:
     """Run one call of `tool` in saga `saga_id` through the journal.
 
@@ -81,6 +84,10 @@ def run_call(
     journaled): landed, its result is replayed; did not land, it runs; unknown, it stays
     in doubt.
 
+    `linger`: seconds the saga's lease stays parked after a call that ran (or replayed),
+    for the saga's next step in this process (`Sagacity.join`); a call that raised, or
+    that waits for a human, lets it go at once.
+
     Raises:
         CallNotRunError: The input does not fit the tool, or the approved request is not
             in the journal.
@@ -90,7 +97,14 @@ def run_call(
         Exception: What the tool raised, journaled FAILED.
     """
     run = functools.partial(
-        _run, sagacity, saga_id, tool, call_id=call_id, arguments=arguments, approved=approved
+        _run,
+        sagacity,
+        saga_id,
+        tool,
+        call_id=call_id,
+        arguments=arguments,
+        approved=approved,
+        linger=linger,
     )
     try:
         with pausing_as(resumer):
@@ -111,9 +125,10 @@ def _run(
     call_id: str,
     arguments: dict[str, Any],
     approved: bool,
+    linger: float,
 ) -> Ran:
     asked: list[ApprovalRequest] = []
-    with sagacity.join(saga_id) as scope, scope.entered():
+    with sagacity.join(saga_id, linger=linger) as scope, scope.entered():
         kwargs = _arguments(tool, scope.history, call_id, arguments, approved=approved)
         if tool.is_async:
             result = asyncio.run(

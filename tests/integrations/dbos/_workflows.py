@@ -39,3 +39,10 @@ def swallowing_workflow(key: str, order: dict[str, Any]) -> str:
         with contextlib.suppress(RuntimeError):
             saga.call("ship", order_id=order["order_id"])
     return "done"
+
+
+@DBOS.workflow()
+def charges_workflow(key: str, count: int) -> list[Any]:
+    """`count` charges in a row, each a step: the lingering lease's usual case."""
+    with DBOSSaga(STEPS[key]) as saga:
+        return [saga.call("charge_card", amount=f"{n}.00", card="4242") for n in range(count)]
