@@ -212,6 +212,18 @@ class TestLinks:
         ((_, payload),) = decisions(sagacity, "pair-b")
         assert payload["via"] == "inbox"  # B was not opened from a link
 
+    def test_a_link_to_a_saga_with_the_longest_id_opens(
+        self, sagacity: Sagacity, bank: Bank, mail: tuple[Inbox, int], app_client: TestClient
+    ) -> None:
+        """512 four-byte characters, the longest saga id there is: its link still opens."""
+        inbox, _ = mail
+        saga_id = "\U0001d49c" * 512
+        start_wire(sagacity, bank, saga_id)
+        (request,) = sagacity.pending(saga_id)
+        opened = open_link(app_client, link_of(inbox.next()), ALICE)
+        assert opened.status_code == 303, opened.text
+        assert opened.headers["location"] == f"/sagacity/ui/requests/{request.request_id}"
+
     @pytest.mark.parametrize(
         "token",
         [
