@@ -226,6 +226,23 @@ def _checked(answer: object, ran: list[str]) -> object:
     return Answered()
 
 
+class Unprintable:
+    """An object, or with `Unsayable` an error, that cannot be made text."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class Unsayable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+class Raises(StageCheck):
+    def check(self, ctx: CheckContext) -> CheckResult:
+        raise Unsayable
+
+
 class TestChecksThatLie:
     @pytest.mark.parametrize(
         ("answer", "detail"),
@@ -236,6 +253,8 @@ class TestChecksThatLie:
             (False, "returned False, not a CheckResult"),
             ("ok", "returned 'ok', not a CheckResult"),
             (CheckResult, "returned <class"),
+            (Unprintable(), "returned a Unprintable whose repr() raised RuntimeError"),
+            (CheckResult(passed=False, reason=5), "5"),  # type: ignore[arg-type]
         ],
     )
     def test_a_result_that_is_not_exactly_ok_fails_closed(
@@ -250,6 +269,22 @@ class TestChecksThatLie:
         (refused,) = [e for e in sagacity.history("a-1") if e.phase is Phase.REFUSED]
         assert detail in refused.payload["detail"]
         assert refused.payload["reason"] == "check_failed"
+
+    def test_an_error_whose_message_cannot_be_read_is_still_a_journaled_refusal(self) -> None:
+        """A check raising an error whose str() raises: REFUSED is journaled, the run undone."""
+        ran: list[str] = []
+        sagacity = memory_sagacity()
+        handle = WorkflowRuntime(sagacity, [_checked(Raises(), ran)]).start("answered", 5, "u-1")
+        assert handle.status is WorkflowStatus.COMPENSATED
+        assert [(s.name, s.status.value) for s in handle.stages] == [
+            ("hold", "COMPENSATED"),
+            ("pay", "CHECK_FAILED"),
+        ]
+        (refused,) = [e for e in sagacity.history("u-1") if e.phase is Phase.REFUSED]
+        assert refused.payload["detail"] == (
+            "Raises.check raised Unsayable: <str() of the error raised RuntimeError>"
+        )
+        assert ran == ["hold", "undo hold"]
 
     def test_a_check_that_raises_a_base_exception_runs_nothing(self) -> None:
         """A check interrupted (KeyboardInterrupt) propagates; the stage never ran."""

@@ -6,11 +6,13 @@ stage asks for (or checks) its approval, a failure marks the saga for compensati
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sagacity._classify import error_json
 from sagacity._decisions import pausing_as
 from sagacity._history import payload_of
 from sagacity._scope import SagaScope, current_scope
@@ -201,20 +203,25 @@ def _judge(
     # Only a `passed` that is True lets the stage run: `CheckResult(passed="no")` is truthy.
     if isinstance(verdict, CheckResult) and verdict.passed is True:
         return
+    # Whatever the check gave, the refusal is journaled: an exception whose str() raises,
+    # or an object whose repr() does, is described as far as it can be.
     if isinstance(verdict, Exception):
-        detail = f"{name}.check raised {type(verdict).__name__}: {verdict}"
+        detail = f"{name}.check raised {type(verdict).__name__}: {error_json(verdict)['message']}"
     elif inspect.isawaitable(verdict):
-        getattr(verdict, "close", lambda: None)()
+        with contextlib.suppress(Exception):
+            getattr(verdict, "close", lambda: None)()
         detail = f"{name}.check is async: start the run with astart"
     elif isinstance(verdict, CheckResult) and verdict.passed is not False:
         detail = (
-            f"{name}.check returned a CheckResult whose passed is {verdict.passed!r:.200}, "
+            f"{name}.check returned a CheckResult whose passed is {_shown(verdict.passed)}, "
             "not True or False"
         )
     elif isinstance(verdict, CheckResult):
-        detail = verdict.reason or "failed without a reason"
+        reason = verdict.reason
+        detail = reason if isinstance(reason, str) else _shown(reason) if reason else ""
+        detail = detail or "failed without a reason"
     else:
-        detail = f"{name}.check returned {verdict!r:.200}, not a CheckResult"
+        detail = f"{name}.check returned {_shown(verdict)}, not a CheckResult"
     detail = _storable(detail)
     error = CheckFailedError(
         f"run {scope.saga_id!r}: check {name} refused stage {declared.name!r}: {detail}; the "
@@ -229,6 +236,14 @@ def _judge(
         detail=detail,
     )
     raise error
+
+
+def _shown(value: object) -> str:
+    """`value`'s repr, at most 200 characters; a repr that raises is named, not raised."""
+    try:
+        return f"{value!r:.200}"
+    except Exception as broken:
+        return f"a {type(value).__qualname__} whose repr() raised {type(broken).__name__}"
 
 
 def _storable(text: str) -> str:
