@@ -93,6 +93,22 @@ class TestHostileNames:
         with pytest.raises(ConfigurationError, match=r"cannot be named 'workflow'"):
             WorkflowRuntime(memory_sagacity(), [MethodNamed])
 
+    def test_two_stages_with_one_huge_order_are_refused_by_name(self) -> None:
+        """An order too long to print still gives the duplicate's ConfigurationError."""
+
+        @workflow("huge-order")
+        class HugeOrder:
+            @stage(order=10**5000)
+            def a(self, x: int) -> int:
+                return x
+
+            @stage(order=10**5000)
+            def b(self, x: int) -> int:
+                return x
+
+        with pytest.raises(ConfigurationError, match=r"stages 'a' and 'b' both have order an int"):
+            WorkflowRuntime(memory_sagacity(), [HugeOrder])
+
     def test_two_stages_with_one_explicit_name_are_refused(self) -> None:
         """`name=` equal to another stage's method name is a duplicate."""
         with pytest.raises(ConfigurationError, match=r"two stages are named 'second'"):

@@ -328,7 +328,7 @@ def _stages(
         order = declared.order
         if isinstance(order, bool) or not isinstance(order, int):
             raise ConfigurationError(
-                f"{where}: stage {attribute}: order must be a whole number, not {order!r}"
+                f"{where}: stage {attribute}: order must be a whole number, not {_shown(order)}"
             )
         # Only None means "the method's name": an empty name given is a mistake, not a default.
         stage_name = attribute if declared.name is None else declared.name
@@ -349,8 +349,8 @@ def _stages(
     for (first_order, first, _), (order, second, _) in itertools.pairwise(found):
         if first_order == order:
             raise ConfigurationError(
-                f"{where}: stages {first!r} and {second!r} both have order {order}; give each "
-                "stage its own order"
+                f"{where}: stages {first!r} and {second!r} both have order {_shown(order)}; "
+                "give each stage its own order"
             )
     names = [stage_name for _, stage_name, _ in found]
     for stage_name in names:
