@@ -441,3 +441,20 @@ class TestRewrittenGrant:
         (unsigned,) = verify(worker.journal, approval_public_keys=[key.public]).problems
         assert (unsigned.saga_id, unsigned.seq) == (chain_id, 1)
         assert "signature does not verify" in unsigned.reason
+
+
+class TestRepeatedRevocation:
+    def test_a_second_revoked_entry_leaves_the_grant_revoked(self, sagacity: Sagacity) -> None:
+        """Two REVOKED (two revocations journaled at once): revoked by the first, not tampered."""
+        sagacity.wrap(Ledger())
+        grant = sagacity.grant("pay", **_terms())
+        sagacity.revoke(grant.grant_id, revoked_by="dave")
+        sagacity.journal.append(
+            f"grant-{grant.grant_id}",
+            Phase.REVOKED,
+            tool_name="pay",
+            payload={"revoked_by": "erin", "reason": None, "via": "python"},
+        )
+        shown = sagacity.get_grant(grant.grant_id)
+        assert (shown.state, shown.revoked_by, shown.problem) == ("revoked", "dave", None)
+        assert _run(sagacity, "s1", "pay", amount=1, payee="A") is ASKED

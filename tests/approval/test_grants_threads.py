@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from sagacity import Phase, Reversibility, Sagacity, SagaOutcome, compensable, verify
+from sagacity import (
+    Phase,
+    Reversibility,
+    Sagacity,
+    SagaOutcome,
+    SagaStateError,
+    compensable,
+    verify,
+)
 
 RAN, ASKED = SagaOutcome.COMPLETED, SagaOutcome.AWAITING_APPROVAL
 RACERS = 4
@@ -71,6 +79,22 @@ def _racers(build: Callable[[], Sagacity], till: Till) -> list[Sagacity]:
     for racer in racers:
         racer.wrap(till)
     return racers
+
+
+def _revoke_at_once(revokers: list[Sagacity], grant_id: str) -> list[str]:
+    """Each revoker revokes the grant, all released at once: what each was told."""
+    barrier = threading.Barrier(len(revokers))
+
+    def revoke(number: int) -> str:
+        barrier.wait(timeout=60)
+        try:
+            revokers[number].revoke(grant_id, revoked_by=f"r{number}")
+        except SagaStateError as refused:
+            return "refused" if "was revoked at" in str(refused) else str(refused)
+        return "revoked"
+
+    with ThreadPoolExecutor(len(revokers)) as pool:
+        return list(pool.map(revoke, range(len(revokers))))
 
 
 class TestLastOfTheBudget:
@@ -155,3 +179,18 @@ class TestRevocationRace:
         for ref in last:  # each consumer's first call after the revocation asked
             assert [e.phase for e in revoker.history(ref)] == [Phase.AWAITING_APPROVAL]
         assert verify(revoker.journal).ok
+
+    def test_of_two_revocations_at_once_one_is_refused(
+        self, instances: Callable[[], Sagacity]
+    ) -> None:
+        """One REVOKED in the chain; the other revoker is told it was revoked already."""
+        revokers = [instances() for _ in range(RACERS)]
+        for round_ in range(5):
+            grant = revokers[0].grant("pay", grantor="carol", max_calls=1, ttl=600)
+            said = _revoke_at_once(revokers, grant.grant_id)
+            assert sorted(said) == ["refused"] * (RACERS - 1) + ["revoked"], round_
+            chain = revokers[0].history(f"grant-{grant.grant_id}")
+            assert [e.phase for e in chain] == [Phase.GRANTED, Phase.REVOKED]
+            shown = revokers[0].get_grant(grant.grant_id)
+            assert (shown.state, shown.revoked_by) == ("revoked", f"r{said.index('revoked')}")
+        assert verify(revokers[0].journal).ok

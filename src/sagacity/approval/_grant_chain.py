@@ -188,8 +188,8 @@ def read_grant(
                 return _unverifiable(saga_id, first, f"GRANT_USED at seq {entry.seq} has no amount")
             used_calls += 1
             used_amount += _decimal(amount) if amount is not None else 0
-        elif entry.phase is Phase.REVOKED and revoked is None:
-            revoked = entry
+        elif entry.phase is Phase.REVOKED:
+            revoked = revoked or entry  # a later one takes away nothing more
         else:
             return _unverifiable(
                 saga_id,

@@ -64,6 +64,10 @@ __all__ = ["StandingGrant", "StandingGrants", "grants_of"]
 _CONSUME_RETRIES = 16
 """How often a call re-reads a grant after another writer appended to its chain first."""
 
+_REVOKE_RETRIES = 64
+"""How often a revocation re-reads a grant after a call consumed it first, before it is
+appended whatever the chain's last seq."""
+
 
 def _json_amount(tool_name: str, max_amount: decimal.Decimal) -> int | float:
     """A Decimal maximum as the JSON number that holds it exactly; refused when none does."""
@@ -247,21 +251,34 @@ class StandingGrants:
         """
         require_name(revoked_by, "revoked_by")
         saga_id = self._saga_id(grant_id)
-        entries = self._chain(grant_id)
-        # Whatever the chain holds, a revocation only takes coverage away: it is journaled
-        # even on a chain that no longer verifies.
-        for entry in entries:
-            if entry.phase is Phase.REVOKED:
-                raise SagaStateError(
-                    f"grant {grant_id!r} was revoked at {entry.recorded_at} by "
-                    f"{payload_of(entry).get('revoked_by')!r}; it covers nothing already"
+        payload: dict[str, JsonValue] = {
+            "revoked_by": revoked_by,
+            "reason": reason,
+            "via": via or "python",
+        }
+        for attempt in range(_REVOKE_RETRIES + 1):
+            entries = self._chain(grant_id)
+            # Whatever the chain holds, a revocation only takes coverage away: it is
+            # journaled even on a chain that no longer verifies.
+            for entry in entries:
+                if entry.phase is Phase.REVOKED:
+                    raise SagaStateError(
+                        f"grant {grant_id!r} was revoked at {entry.recorded_at} by "
+                        f"{payload_of(entry).get('revoked_by')!r}; it covers nothing already"
+                    )
+            try:
+                # On the last seq read, so that of two revocations at once one is refused;
+                # after losing every race to consumers, appended anyway: it must land.
+                self.journal.append(
+                    saga_id,
+                    Phase.REVOKED,
+                    tool_name=entries[0].tool_name,
+                    payload=payload,
+                    expected_seq=entries[-1].seq if attempt < _REVOKE_RETRIES else None,
                 )
-        self.journal.append(
-            saga_id,
-            Phase.REVOKED,
-            tool_name=entries[0].tool_name,
-            payload={"revoked_by": revoked_by, "reason": reason, "via": via or "python"},
-        )
+            except AppendConflictError:
+                continue  # a call consumed it, or another revocation came first
+            break
         return self.get(grant_id)
 
     # -- show -----------------------------------------------------------------------------
