@@ -55,8 +55,10 @@ def block_kit_problems(message: dict[str, Any]) -> list[str]:
     problems: list[str] = []
 
     def check(what: str, text: str, limit: int) -> None:
-        if not 0 < len(text) <= limit:
-            problems.append(f"{what}: {len(text)} characters, 1 to {limit} allowed")
+        # Counted the stricter way: UTF-16 units, so a character past U+FFFF counts twice.
+        length = len(text.encode("utf-16-le")) // 2
+        if not 0 < length <= limit:
+            problems.append(f"{what}: {length} characters, 1 to {limit} allowed")
 
     if "text" in message:
         check("text", message["text"], 40000)

@@ -504,7 +504,7 @@ class TestWhatTheMessageShows:
         reject = click_body(message, "U0BOB", "sagacity_reject")
         assert post(slack_client, reject, signed_headers(reject)).status_code == 200
 
-    @pytest.mark.parametrize("what", ["input", "reason", "members", "saga"])
+    @pytest.mark.parametrize("what", ["input", "astral", "reason", "members", "saga"])
     def test_every_block_keeps_within_slacks_limits(
         self, what: str, api: SlackApi, notifier: SlackNotifier
     ) -> None:
@@ -530,8 +530,8 @@ class TestWhatTheMessageShows:
             ],
         )
         (tool,) = instance.wrap(refund)
-        saga_id = ("s" * 500) if what == "saga" else "limits-1"
-        note = "\u200b" * 4000 if what == "input" else "n"
+        saga_id = ("\U0001d49c" * 500) if what == "saga" else "limits-1"
+        note = {"input": "\u200b" * 4000, "astral": "\U0001d49c" * 1600}.get(what, "n")
         instance.saga(saga_id, lambda: tool(note=note))
         fake.advance(minutes=11)
         Escalator(instance).sweep()

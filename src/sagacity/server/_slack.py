@@ -62,17 +62,31 @@ def _plain(text: str) -> dict[str, Any]:
     return {"type": "plain_text", "text": text or " ", "emoji": False}
 
 
+def _length(text: str) -> int:
+    """`text`'s length as the stricter reading of Slack's limits counts it: UTF-16 units.
+
+    A character past U+FFFF (an emoji, a mathematical letter) counts twice.
+    """
+    return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+
 def _fit(text: str, limit: int = _TEXT_LIMIT, *, note: str = "") -> str:
     """`text` cut to at most `limit` characters, ending with `…` and `note` when cut."""
-    if len(text) <= limit:
+    if _length(text) <= limit:
         return text
-    return text[: max(limit - len(note) - 1, 0)] + "…" + note
+    budget = limit - _length(note) - 1
+    kept = 0
+    for end, character in enumerate(text):
+        kept += 2 if ord(character) > 0xFFFF else 1
+        if kept > budget:
+            return text[:end] + "…" + note
+    return text
 
 
 def _input_text(facts: RequestFacts) -> tuple[str, bool]:
     """The input's section text, and whether it holds the whole input."""
     text = _INPUT_HEADING + facts.input_json
-    if len(text) <= _TEXT_LIMIT:
+    if _length(text) <= _TEXT_LIMIT:
         return text, True
     note = (
         f" (cut: the input is {len(facts.input_json)} characters; the inbox shows all of it, "
@@ -125,14 +139,14 @@ def request_message(
     if facts.escalation is not None:
         details.append(f"Escalated {facts.escalation}")
     blocks: list[dict[str, Any]] = [
-        {"type": "header", "text": _plain(one_line(title, 150))},
+        {"type": "header", "text": _plain(_fit(one_line(title), 150))},
         {"type": "section", "text": _plain(_fit("\n".join(details), note=" (cut)"))},
         {"type": "section", "text": _plain(shown_input)},
         {"type": "section", "text": _plain(f"sha256 {facts.input_sha256}")},
     ]
     waiting = decided is None or request.state == "waiting"
     if decided is not None:
-        blocks.append({"type": "context", "elements": [_plain(one_line(decided, 2000))]})
+        blocks.append({"type": "context", "elements": [_plain(_fit(one_line(decided), 2000))]})
     if waiting and request.problem is None:
         buttons: list[dict[str, Any]] = []
         if whole:
