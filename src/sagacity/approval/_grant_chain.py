@@ -276,6 +276,8 @@ def granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) 
     terms, grantor = payload.get("terms"), payload.get("grantor")
     if not isinstance(terms, dict) or not isinstance(grantor, str):
         return "its GRANTED entry does not name its terms and grantor"
+    if not isinstance(payload.get("reason"), str | None):
+        return "its GRANTED entry's reason is not text"
     if terms.get("tool_name") != first.tool_name or payload.get("grant_id") != grant_id:
         return "its GRANTED entry names another tool or grant than its chain"
     try:
@@ -298,6 +300,9 @@ def granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) 
 
 def checked_terms(terms: Mapping[str, Any]) -> None:
     """Refuse terms a grant cannot hold (also read back from the journal, so total)."""
+    tool_name = terms.get("tool_name")
+    if not isinstance(tool_name, str) or not tool_name:
+        raise ApprovalInputError(f"a grant names the tool it covers, not {tool_name!r}")
     match = terms.get("match")
     if not isinstance(match, dict) or len(match) > _MAX_FIELDS:
         raise ApprovalInputError(f"match must be an object of at most {_MAX_FIELDS} fields")
