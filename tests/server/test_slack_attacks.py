@@ -504,6 +504,40 @@ class TestWhatTheMessageShows:
         reject = click_body(message, "U0BOB", "sagacity_reject")
         assert post(slack_client, reject, signed_headers(reject)).status_code == 200
 
+    def test_a_request_that_needs_a_justification_is_approved_in_the_inbox(
+        self, sagacity: Sagacity, api: SlackApi, slack_client: TestClient
+    ) -> None:
+        """A button cannot carry the approver's words: no Approve, and a crafted one is 403."""
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE, justification_required=True)
+        def close_account(account: str) -> str:
+            """Close an account."""
+            return "closed"
+
+        (tool,) = sagacity.wrap(close_account)
+        sagacity.saga("why-1", lambda: tool(account="acct-7"))
+        message = api.next()
+        assert "needs a justification" in "\n".join(texts_of(message))
+        assert [
+            e["action_id"]
+            for b in message.body["blocks"]
+            if b["type"] == "actions"
+            for e in b["elements"]
+        ] == ["sagacity_reject"]
+        (request,) = sagacity.pending("why-1")
+        value = json.dumps(
+            {"request_id": request.request_id, "saga_id": "why-1", "sha256": request.input_sha256}
+        )
+        payload = {
+            "type": "block_actions",
+            "user": {"id": "U0ALICE"},
+            "actions": [{"action_id": "sagacity_approve", "value": value}],
+        }
+        body = signed_payload(payload)
+        refused = post(slack_client, body, signed_headers(body))
+        assert 400 <= refused.status_code < 500
+        assert not decisions(sagacity, "why-1")
+
     @pytest.mark.parametrize("what", ["input", "astral", "reason", "members", "saga"])
     def test_every_block_keeps_within_slacks_limits(
         self, what: str, api: SlackApi, notifier: SlackNotifier

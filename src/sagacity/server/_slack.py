@@ -114,7 +114,8 @@ def request_message(
     and every text is cut to Slack's limits (a message past them is refused whole).
     `decided` (who decided what) replaces the buttons with that line once the request
     no longer waits; while it waits for more approvers, the line is shown above them.
-    An input too long to show whole gets no Approve button (`shows_whole_input`).
+    An input too long to show whole gets no Approve button (`shows_whole_input`), nor
+    does a request whose approval needs a justification: both are approved in the inbox.
     """
     facts = RequestFacts.of(request)
     value = orjson.dumps(
@@ -149,7 +150,12 @@ def request_message(
         blocks.append({"type": "context", "elements": [_plain(_fit(one_line(decided), 2000))]})
     if waiting and request.problem is None:
         buttons: list[dict[str, Any]] = []
-        if whole:
+        elsewhere = None
+        if not whole:
+            elsewhere = "The input is too long to show here whole: open the inbox to see all of it"
+        elif request.justification_required:  # a button cannot say why the approver approves
+            elsewhere = "Approving it needs a justification in the approver's own words"
+        if elsewhere is None:
             buttons.append(
                 {
                     "type": "button",
@@ -170,10 +176,7 @@ def request_message(
                 {
                     "type": "context",
                     "elements": [
-                        _plain(
-                            "The input is too long to show here whole: open the inbox to "
-                            "see all of it and approve it there. Reject works here."
-                        )
+                        _plain(f"{elsewhere}: approve it in the inbox. Reject works here.")
                     ],
                 }
             )
