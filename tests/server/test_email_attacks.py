@@ -456,6 +456,24 @@ class _SaysNoToQuit(Inbox):
         return "421 4.3.0 closing after a hiccup"
 
 
+class _Refuses(Inbox):
+    """Answers each RCPT with the next reply of `replies` (then accepts), counting them."""
+
+    def __init__(self, *replies: str) -> None:
+        super().__init__()
+        self.replies = list(replies)
+        self.rcpts = 0
+
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, options: Any
+    ) -> str:
+        self.rcpts += 1
+        if self.replies:
+            return self.replies.pop(0)
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+
 class _Attempts(logging.Handler):
     """Sets `failed` on an e-mail attempt's WARNING."""
 
@@ -519,6 +537,53 @@ class TestOutbox:
             assert inbox.empty()
         links.close()
         assert (sender.delivered, sender.failed) == (1, 0)
+
+    def test_a_permanent_refusal_is_not_retried(
+        self, bank: Bank, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """550 for the recipient: given up after one attempt, not held for the retries."""
+        refusing = _Refuses("550 5.1.1 no such mailbox")
+        links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
+        with smtp_server(handler=refusing) as (inbox, port):
+            sender = EmailNotifier(
+                SmtpSettings(host="127.0.0.1", port=port, security="none"),
+                sender="sagacity@bank.example",
+                links=links,
+                default_recipients=["gone@bank.example"],
+                backoff=0.01,
+            )
+            instance = Sagacity.from_url("memory://", on_approval_request=sender)
+            instance.wrap(bank)
+            with caplog.at_level("WARNING", logger="sagacity.server.email"):
+                start_wire(instance, bank, "gone-1")
+                sender.close()
+            assert inbox.empty()
+        links.close()
+        assert (sender.delivered, sender.failed, refusing.rcpts) == (0, 1, 1)
+        (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert "after 1 attempt(s)" in error
+        assert "550" in error
+
+    def test_a_temporary_refusal_is_retried_and_delivered_once(self, bank: Bank) -> None:
+        """451 (greylisting) for the first RCPT: the retry is accepted, one message arrives."""
+        refusing = _Refuses("451 4.7.1 try again later")
+        links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
+        with smtp_server(handler=refusing) as (inbox, port):
+            sender = EmailNotifier(
+                SmtpSettings(host="127.0.0.1", port=port, security="none"),
+                sender="sagacity@bank.example",
+                links=links,
+                default_recipients=["ops@bank.example"],
+                backoff=0.01,
+            )
+            instance = Sagacity.from_url("memory://", on_approval_request=sender)
+            instance.wrap(bank)
+            start_wire(instance, bank, "grey-1")
+            assert inbox.next().rcpt_tos == ["ops@bank.example"]
+            sender.close()
+            assert inbox.empty()
+        links.close()
+        assert (sender.delivered, sender.failed, refusing.rcpts) == (1, 0, 2)
 
     def test_a_stuck_server_blocks_no_call_and_no_decision(self, db_url: str, bank: Bank) -> None:
         """The SMTP server hangs mid-greeting: the saga asks, alice approves, it runs."""

@@ -33,7 +33,7 @@ import jinja2
 from sagacity.approval import ApprovalRequest
 from sagacity.errors import ConfigurationError
 from sagacity.server._links import ApprovalLinks
-from sagacity.server._outbox import Outbox
+from sagacity.server._outbox import Outbox, Undeliverable
 from sagacity.server._shown import RequestFacts, one_line
 
 __all__ = ["EmailNotifier", "SmtpSettings"]
@@ -89,6 +89,21 @@ def _address(text: str, what: str) -> str:
     return text
 
 
+def _permanent(error: Exception) -> bool:
+    """Whether the SMTP server refused for good: a 5xx reply (RFC 5321, 4.2.1).
+
+    A 4xx, a dropped connection or a timeout is worth another attempt; a 5xx for the
+    sender, the recipient or the message is not, and retrying it would hold back every
+    message queued behind it.
+    """
+    if isinstance(error, smtplib.SMTPRecipientsRefused):
+        codes = [code for code, _ in error.recipients.values()]
+        return bool(codes) and all(500 <= code < 600 for code in codes)
+    if isinstance(error, smtplib.SMTPResponseException):
+        return 500 <= error.smtp_code < 600
+    return False
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Mail:
     request: ApprovalRequest
@@ -117,7 +132,8 @@ class EmailNotifier(Outbox[_Mail]):
         links: Makes the one-time links (its secret must be the server's).
         recipients: Addresses by tool name; a tool not listed goes to `default_recipients`.
         default_recipients: Addresses for every tool not in `recipients`.
-        retries: How many times a failed message is sent again.
+        retries: How many times a failed message is sent again (a 5xx refusal is not);
+            the default covers an SMTP server down for about five minutes.
         backoff: Seconds before the first retry; doubled for each next one (max 60 s).
         queue_size: How many messages may wait; beyond that new ones are dropped.
 
@@ -132,7 +148,7 @@ class EmailNotifier(Outbox[_Mail]):
         links: ApprovalLinks,
         recipients: Mapping[str, Sequence[str]] | None = None,
         default_recipients: Sequence[str] = (),
-        retries: int = 5,
+        retries: int = 10,
         backoff: float = 1.0,
         queue_size: int = 1000,
     ) -> None:
@@ -285,6 +301,8 @@ class EmailNotifier(Outbox[_Mail]):
                     message, from_addr=self.sender, to_addrs=[item.recipient]
                 )
             except (smtplib.SMTPException, OSError) as error:
+                if _permanent(error):
+                    raise Undeliverable(f"{type(error).__name__}: {error}") from None
                 return f"{type(error).__name__}: {error}"
             if refused:
                 return f"the server refused {sorted(refused)}"

@@ -21,9 +21,17 @@ from typing import Generic, Protocol, Self, TypeVar
 
 from sagacity.errors import ConfigurationError
 
-__all__ = ["Outbox", "Outgoing"]
+__all__ = ["Outbox", "Outgoing", "Undeliverable"]
 
 _STOP = object()
+
+
+class Undeliverable(Exception):
+    """Raised by `_attempt` when the receiver refused for good: the item is given up at once.
+
+    Retrying what a receiver refused permanently (an SMTP 5xx) only holds back the
+    items queued behind it.
+    """
 
 
 class Outgoing(Protocol):
@@ -155,6 +163,9 @@ class Outbox(abc.ABC, Generic[ItemT]):
             attempts += 1
             try:
                 problem = self._attempt(item)
+            except Undeliverable as refusal:  # the receiver said never: no retry helps
+                problem = str(refusal)
+                break
             except Exception as error:  # a bug in one item must not stop the thread
                 problem = f"{type(error).__name__}: {error}"
             if not problem:
@@ -193,4 +204,8 @@ class Outbox(abc.ABC, Generic[ItemT]):
 
     @abc.abstractmethod
     def _attempt(self, item: ItemT) -> str:
-        """Send `item` once; the problem, or "" when it was delivered (each channel's own)."""
+        """Send `item` once; the problem, or "" when it was delivered (each channel's own).
+
+        Raises:
+            Undeliverable: The receiver refused it for good; it is not tried again.
+        """
