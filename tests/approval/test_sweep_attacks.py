@@ -330,6 +330,26 @@ class TestGroupConfiguration:
         ):
             sagacity.wrap(pay)
 
+    def test_a_gate_escalating_to_a_group_smaller_than_its_approvers_is_refused(self) -> None:
+        """A workflow gate whose stage needs two approvers cannot escalate to one member."""
+        from sagacity.workflows import WorkflowRuntime, gate, stage, workflow
+
+        @workflow("pay-two", description="Pay with two approvers")
+        class PayTwo:
+            @stage(order=1)
+            @gate(reason="money leaves", timeout_seconds=3600, escalate_to="leads")
+            @compensable(reversibility=Reversibility.IRREVERSIBLE, approvers=2)
+            def pay(self, amount: str) -> str:
+                """Pay."""
+                return amount
+
+        sagacity = Sagacity.from_url(
+            "memory://",
+            approver_groups=[ApproverGroup(name="leads", members=["carol"], ttl=60)],
+        )
+        with pytest.raises(ConfigurationError, match=r"stage 'pay'.*escalate_to='leads'"):
+            WorkflowRuntime(sagacity, workflows=[PayTwo()])
+
 
 class TestReadsOnlyWhatIsDue:
     def test_a_pass_reads_the_journals_of_the_due_requests(

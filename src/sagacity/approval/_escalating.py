@@ -46,6 +46,7 @@ class RequestEscalation:
     journal: SideEffectJournal
     policy: ApprovalPolicy
     escalations: dict[str, ToolEscalation]
+    declared_approvers: dict[str, int]
     on_reminder: ApprovalHook | None
 
     def declare_gate(self, name: str, gate: GateTimes | None, *, where: str) -> None:
@@ -63,6 +64,7 @@ class RequestEscalation:
                 timeout_seconds=gate.timeout_seconds,
                 groups=self.policy.groups,
                 where=where,
+                approvers=self.declared_approvers.get(name, 1),
             )
         if found is None:
             self.escalations.pop(name, None)

@@ -272,6 +272,7 @@ def gate_escalation(
     timeout_seconds: float,
     groups: Mapping[str, ApproverGroup],
     where: str,
+    approvers: int = 1,
 ) -> ToolEscalation | None:
     """What a workflow gate declared (`gate(remind_before=, escalate_to=)`), checked.
 
@@ -280,7 +281,7 @@ def gate_escalation(
 
     Raises:
         ConfigurationError: A value cannot be read, the gate has no timeout, or the
-            group is not configured.
+            group is not configured or has fewer members than the stage's `approvers`.
     """
     if remind_before is None and escalate_to is None:
         return None
@@ -299,6 +300,7 @@ def gate_escalation(
             ttl=ttl,
             groups=groups,
             ttl_name="timeout_seconds",
+            approvers=approvers,
         )
     except ConfigurationError as error:
         raise ConfigurationError(f"{where}: {error}") from None
