@@ -268,3 +268,31 @@ class TestSagaCalledGrant:
         assert revoked.status_code == 404
         assert "is a saga, not a grant's chain" in revoked.json()["message"]
         assert sagacity.history("grant-abc") == before
+
+
+class TestWhyACallRanUnasked:
+    def test_the_saga_shows_the_grant_and_use_that_covered_its_call(
+        self, client: TestClient, sagacity: Sagacity
+    ) -> None:
+        """GET /sagas/{id} and the inbox's saga page carry the INTENT's approval_grant."""
+        grant_id = client.post("/sagacity/grants", json=TERMS, headers=BOB).json()["grant_id"]
+        wire = sagacity.tool("wire")
+        outcome = sagacity.saga("w-1", lambda: wire(amount="5", to="acct-1"), started_by="alice")
+        assert outcome.outcome.name == "COMPLETED"
+
+        saga = client.get("/sagacity/sagas/w-1", headers=VIEWER).json()
+        (intent,) = [e for e in saga["entries"] if e["phase"] == "INTENT"]
+        covered = intent["payload"]["approval_grant"]
+        assert (covered["grant_id"], covered["grantor"], covered["use"], covered["grant_seq"]) == (
+            grant_id,
+            "bob",
+            1,
+            2,
+        )
+        viewer, _ = _inbox(sagacity, "tok-viewer")
+        try:
+            page = viewer.get("/sagacity/ui/saga", params={"id": "w-1"}).text
+        finally:
+            viewer.__exit__(None, None, None)
+        assert "&#34;approval_grant&#34;" in page
+        assert f"&#34;grant_id&#34;: &#34;{grant_id}&#34;" in page
