@@ -458,3 +458,26 @@ class TestRepeatedRevocation:
         shown = sagacity.get_grant(grant.grant_id)
         assert (shown.state, shown.revoked_by, shown.problem) == ("revoked", "dave", None)
         assert _run(sagacity, "s1", "pay", amount=1, payee="A") is ASKED
+
+
+class TestPlantedUse:
+    def test_a_planted_negative_use_gives_no_budget_back(self, sagacity: Sagacity) -> None:
+        """A GRANT_USED of -1000 appended through the journal: the grant covers nothing."""
+        ledger = Ledger()
+        sagacity.wrap(ledger)
+        grant = sagacity.grant("pay", **_terms(max_amount=100, amount_field="amount"))
+        assert _run(sagacity, "s1", "pay", amount=100, payee="A") is RAN
+        sagacity.journal.append(
+            f"grant-{grant.grant_id}",
+            Phase.GRANT_USED,
+            tool_name="pay",
+            call_id="planted",
+            payload={"saga_id": "x", "call_id": "planted", "amount": -1000, "use": 2},
+        )
+        shown = sagacity.get_grant(grant.grant_id)
+        assert (shown.state, shown.problem) == (
+            "unverifiable",
+            "GRANT_USED at seq 3 has no amount of at least 0",
+        )
+        assert _run(sagacity, "s2", "pay", amount=50, payee="A") is ASKED
+        assert ledger.ran == ["pay 100 A"]

@@ -184,8 +184,11 @@ def read_grant(
     for entry in entries[1:]:
         if entry.phase is Phase.GRANT_USED and revoked is None:
             amount = payload_of(entry).get("amount")
-            if amount is not None and not _is_number(amount):
-                return _unverifiable(saga_id, first, f"GRANT_USED at seq {entry.seq} has no amount")
+            if amount is not None and (not _is_number(amount) or _decimal(amount) < 0):
+                # A negative amount would give budget back: no call ever consumes one.
+                return _unverifiable(
+                    saga_id, first, f"GRANT_USED at seq {entry.seq} has no amount of at least 0"
+                )
             used_calls += 1
             used_amount += _decimal(amount) if amount is not None else 0
         elif entry.phase is Phase.REVOKED:
