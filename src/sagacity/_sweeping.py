@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import queue
 import threading
 import time
@@ -90,11 +91,24 @@ class Escalator:
             is due, and its hooks (`on_approval_reminder`) are told of each reminder.
         hook_timeout: Seconds a sweep waits for `on_approval_reminder` to return; a hook
             still running then is logged and left to finish on its own thread.
+
+    Raises:
+        ConfigurationError: `hook_timeout` is not a positive, finite number of seconds.
     """
 
     def __init__(self, sagacity: Sagacity, *, hook_timeout: float = HOOK_TIMEOUT) -> None:
+        if (
+            not isinstance(hook_timeout, int | float)
+            or isinstance(hook_timeout, bool)
+            or not math.isfinite(hook_timeout)
+            or hook_timeout <= 0
+        ):
+            raise ConfigurationError(
+                "Escalator: hook_timeout must be a positive number of seconds, not "
+                f"{hook_timeout!r}"
+            )
         self.sagacity = sagacity
-        self.hook_timeout = hook_timeout
+        self.hook_timeout = float(hook_timeout)
 
     def sweep(self, *, deny: bool = True) -> list[SweepAction]:
         """Remind, escalate and deny the pending requests whose time came; return what was done.

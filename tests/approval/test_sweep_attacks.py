@@ -208,6 +208,66 @@ class TestHookOutsideTheLease:
         assert told[0] == SAGA
 
 
+class TestThreadsOfOneSagacity:
+    def test_four_sweeps_at_once_act_once(self, open_sagacity: OpenSagacity) -> None:
+        """Four threads sweeping one Sagacity at each time point act once on each saga.
+
+        One of them leaves denials to a worker; each saga is reminded, escalated, reminded
+        and denied once, and each reminder's hook told once.
+        """
+        clock = FakeClock(START)
+        told: list[str] = []
+        sweeper = open_sagacity(
+            approval_ttl=HOUR,
+            clock=clock,
+            approver_groups=[LEADS],
+            on_approval_reminder=lambda r: told.append(r.saga_id),
+        )
+        tools = _tools(sweeper)
+        sagas = [f"wire-{n:02}" for n in range(8)]
+        for saga_id in sagas:
+            _start(sweeper, tools, saga_id)
+        for minutes, action in (
+            (55, "reminded"),
+            (5, "escalated"),
+            (25, "reminded"),
+            (5, "denied"),
+        ):
+            clock.advance(minutes=minutes)
+            acted = _sweep_at_once(sweeper, [True, True, False, True])
+            acted.extend((a.saga_id, a.action) for a in Escalator(sweeper).sweep())
+            assert sorted(acted) == [(saga_id, action) for saga_id in sagas]
+        assert sorted(told) == sorted(sagas * 2)
+
+    @pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "10"])
+    def test_a_hook_timeout_that_is_no_duration_is_refused(self, timeout: Any) -> None:
+        """Escalator(hook_timeout=) must be a positive number of seconds."""
+        with pytest.raises(ConfigurationError, match="hook_timeout must be a positive number"):
+            Escalator(Sagacity.from_url("memory://"), hook_timeout=timeout)
+
+
+def _sweep_at_once(sagacity: Sagacity, denies: list[bool]) -> list[tuple[str, str]]:
+    """Sweep `sagacity` from one thread per entry of `denies`, all at once; what they did."""
+    barrier = threading.Barrier(len(denies))
+    acted: list[tuple[str, str]] = []
+    errors: list[BaseException] = []
+
+    def sweep(deny: bool) -> None:
+        try:
+            barrier.wait()
+            acted.extend((a.saga_id, a.action) for a in Escalator(sagacity).sweep(deny=deny))
+        except BaseException as error:  # surfaced below, on the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=sweep, args=(deny,)) for deny in denies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return acted
+
+
 class TestClocks:
     def test_processes_in_other_time_zones_remind_once(self, open_sagacity: OpenSagacity) -> None:
         """A request made at +05:30, swept at -08:00 and at UTC: each step once, in UTC."""
