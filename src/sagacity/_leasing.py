@@ -22,7 +22,6 @@ import socket
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
@@ -30,12 +29,14 @@ from sagacity._chain_kind import refuse_grant_chain
 from sagacity._history import SagaHistory
 from sagacity._lease_view import holder_gone, leases_of, pid_namespace
 from sagacity._offloop import finished_off_loop
+from sagacity._parking import parked_journals, parked_leases
 from sagacity._recent import RecentHistories, recent_histories
+from sagacity._renewing import renewer
 from sagacity.errors import JournalError, LeaseLostError, SagaBusyError
 from sagacity.journal import SideEffectJournal
 from sagacity.journal._lease import SagaLease
 
-__all__ = ["LeaseKeeper", "ParkedLeases", "parked_leases", "release_parked"]
+__all__ = ["LeaseKeeper", "release_parked"]
 
 _POLL = 0.05
 """The first pause between tries to take a busy saga's lease; it doubles up to 0.5 s."""
@@ -107,6 +108,11 @@ class LeaseKeeper:
         """The saga held."""
         return self._saga_id
 
+    @property
+    def journal(self) -> SideEffectJournal:
+        """The journal whose database holds the lease."""
+        return self._journal
+
     def __enter__(self) -> LeaseKeeper:
         deadline = time.monotonic() + self._wait
         pause = _POLL
@@ -168,7 +174,7 @@ class LeaseKeeper:
         Done even if the task is cancelled meanwhile: a release left unstarted would leave
         the renewer holding the saga for nobody.
         """
-        if _renewer.let_go_now(self) and not self._must_release():
+        if renewer.let_go_now(self) and not self._must_release():
             return  # not renewing it, and the saga's end freed it: nothing waits
         await finished_off_loop(lambda: self.__exit__(kind, error, traceback))
 
@@ -232,7 +238,7 @@ class LeaseKeeper:
     def _held(self, lease: SagaLease) -> bool:
         self.lease = lease
         self.due = time.monotonic() + self.interval
-        _renewer.hold(self)
+        renewer.hold(self)
         return True
 
     def _adopted_parked(self) -> bool:
@@ -243,10 +249,10 @@ class LeaseKeeper:
         instead, and the lease is taken as usual.
         """
         parking = parked_leases(self._journal, create=False)
-        parked = None if parking is None else parking.take(self._saga_id)
+        parked: LeaseKeeper | None = None if parking is None else parking.take(self._saga_id)
         if parked is None:
             return False
-        _renewer.let_go(parked)  # a renewal of it under way lands first: its lease is newest
+        renewer.let_go(parked)  # a renewal of it under way lands first: its lease is newest
         if parked.lost or parked._expiring():
             parked._release()
             return False
@@ -257,7 +263,7 @@ class LeaseKeeper:
         self.lease = dataclasses.replace(parked.lease, head_seq=None)
         self._adopted = True
         self.due = parked.due
-        _renewer.hold(self)
+        renewer.hold(self)
         return True
 
     def _expiring(self) -> bool:
@@ -281,7 +287,7 @@ class LeaseKeeper:
                 recent.keep(history)  # still leased: the journal holds this much, for now
         if kind is None and self._parked():
             return
-        _renewer.let_go(self)
+        renewer.let_go(self)
         self._release()
 
     def _release(self) -> None:
@@ -305,10 +311,10 @@ class LeaseKeeper:
         _release_parked_at_exit()
         self.parked_until = time.monotonic() + self.linger
         parking.park(self)
-        _renewer.hold(self)  # still renewed; woken in time to release it
+        renewer.hold(self)  # still renewed; woken in time to release it
         return True
 
-    def _unparked(self) -> None:
+    def unparked(self) -> None:
         """The linger passed or the journal is closing: release the lease (on a claim)."""
         self._release()
         parking = parked_leases(self._journal, create=False)
@@ -401,166 +407,8 @@ class LeaseKeeper:
             pass  # the database is away: try again at the next turn; the lease may hold
 
 
-class _Renewer:
-    """One thread per process that renews every lease held here, each on its turn.
-
-    One thread for all, started on first use: a thread started and joined per saga
-    would cost more than the saga's own appends.
-    """
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._held: set[LeaseKeeper] = set()
-        self._renewing: set[LeaseKeeper] = set()
-        self._thread: threading.Thread | None = None
-        self._wakes_at = math.inf
-        """When the waiting thread wakes on its own: a lease due later needs no wake-up."""
-
-    def hold(self, keeper: LeaseKeeper) -> None:
-        with self._changed:
-            self._held.add(keeper)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="sagacity-lease-renewer", daemon=True
-                )
-                self._thread.start()
-            elif keeper.turn() < self._wakes_at:
-                self._changed.notify()
-
-    def let_go_now(self, keeper: LeaseKeeper) -> bool:
-        """Stop renewing `keeper`; False if a renewal of it is under way (see `let_go`)."""
-        with self._changed:
-            self._held.discard(keeper)
-            return keeper not in self._renewing
-
-    def let_go(self, keeper: LeaseKeeper) -> None:
-        """Stop renewing `keeper`; wait for a renewal of it under way to finish.
-
-        A renewal that landed after the release would hold the saga again, for nobody.
-        """
-        with self._changed:
-            self._held.discard(keeper)
-            self._changed.wait_for(lambda: keeper not in self._renewing)
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                now = time.monotonic()
-                due = {keeper for keeper in self._held if keeper.turn() <= now}
-                if not due:
-                    nearest = min((keeper.turn() for keeper in self._held), default=math.inf)
-                    self._wakes_at = nearest
-                    self._changed.wait(None if nearest == math.inf else nearest - now)
-                    continue
-                self._renewing = due
-            for keeper in due:  # renewed outside the lock: a renewal waits on the database
-                try:
-                    if keeper.parked_until <= now:
-                        self._unpark(keeper)
-                    elif keeper.due <= now:
-                        keeper.renew()
-                except Exception:  # the thread must outlive any one lease, and renew the rest
-                    keeper.due = time.monotonic() + keeper.interval
-            with self._changed:
-                self._renewing = set()
-                self._changed.notify_all()
-
-    def _unpark(self, keeper: LeaseKeeper) -> None:
-        """Release a lease whose linger passed, unless a keeper adopted it meanwhile."""
-        parking = parked_leases(keeper._journal, create=False)
-        if parking is None or not parking.claim(keeper):
-            return  # adopted: its adopter lets it go from here (`let_go` waits for this)
-        with self._changed:
-            self._held.discard(keeper)
-        keeper._unparked()
-
-
-_renewer = _Renewer()
-
-
-class ParkedLeases:
-    """The leases this process parked after a join let its saga go (`linger`), per journal.
-
-    A parked lease is still held: the renewer renews it, and releases it once its linger
-    passed. The saga's next lease keeper in this process adopts it instead of taking the
-    lease (no commit). Taking one out is exclusive: of two threads joining the saga at
-    once, one adopts it and the other takes the lease as any worker would, waiting for
-    it. A lease on its way out (being released) is waited for, so that a keeper of this
-    process never finds the saga busy with its own lease.
-    """
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._parked: dict[str, LeaseKeeper] = {}
-        self._leaving: dict[str, LeaseKeeper] = {}
-
-    def __contains__(self, saga_id: object) -> bool:
-        with self._changed:
-            return saga_id in self._parked or saga_id in self._leaving
-
-    def park(self, keeper: LeaseKeeper) -> None:
-        """Keep `keeper`'s lease for the saga's next keeper here."""
-        with self._changed:
-            self._parked[keeper.saga_id] = keeper
-
-    def take(self, saga_id: str) -> LeaseKeeper | None:
-        """The keeper parked on the saga, taken out for adoption; None if none is parked.
-
-        A lease being released is waited for first: then the saga is free to take.
-        """
-        with self._changed:
-            self._changed.wait_for(lambda: saga_id not in self._leaving)
-            keeper = self._parked.pop(saga_id, None)
-            if keeper is not None:
-                keeper.parked_until = math.inf
-            return keeper
-
-    def claim(self, keeper: LeaseKeeper) -> bool:
-        """Take `keeper` out to release it, unless it was adopted; then call `left`."""
-        with self._changed:
-            if self._parked.get(keeper.saga_id) is not keeper:
-                return False
-            del self._parked[keeper.saga_id]
-            keeper.parked_until = math.inf
-            self._leaving[keeper.saga_id] = keeper
-            return True
-
-    def claim_all(self) -> list[LeaseKeeper]:
-        """Take every parked keeper out to release it (see `claim`)."""
-        with self._changed:
-            keepers = list(self._parked.values())
-            self._parked.clear()
-            for keeper in keepers:
-                keeper.parked_until = math.inf
-                self._leaving[keeper.saga_id] = keeper
-            return keepers
-
-    def left(self, keeper: LeaseKeeper) -> None:
-        """A claimed keeper's lease was released (or left to expire)."""
-        with self._changed:
-            if self._leaving.get(keeper.saga_id) is keeper:
-                del self._leaving[keeper.saga_id]
-            self._changed.notify_all()
-
-
-_PARKED: weakref.WeakKeyDictionary[SideEffectJournal, ParkedLeases] = weakref.WeakKeyDictionary()
-_PARKED_LOCK = threading.Lock()
+_EXIT_LOCK = threading.Lock()
 _exit_hooked = False
-
-
-def parked_leases(journal: SideEffectJournal, *, create: bool = True) -> ParkedLeases | None:
-    """The leases parked for `journal`; None if it has none (and not `create`) or cannot.
-
-    A journal that cannot be weakly referenced parks nothing: its leases are released.
-    """
-    with _PARKED_LOCK:
-        try:
-            found = _PARKED.get(journal)
-            if found is None and create:
-                found = _PARKED[journal] = ParkedLeases()
-        except TypeError:
-            return None
-        return found
 
 
 def release_parked(journal: SideEffectJournal) -> None:
@@ -569,8 +417,8 @@ def release_parked(journal: SideEffectJournal) -> None:
     if parking is None:
         return
     for keeper in parking.claim_all():
-        _renewer.let_go(keeper)
-        keeper._unparked()
+        renewer.let_go(keeper)
+        keeper.unparked()
 
 
 def _release_all_parked() -> None:
@@ -579,9 +427,7 @@ def _release_all_parked() -> None:
     A process killed leaves them to expire, or to the next worker on its host, which
     finds their holder gone (`holder_gone`) and takes them over at once.
     """
-    with _PARKED_LOCK:
-        journals = list(_PARKED.keys())
-    for journal in journals:
+    for journal in parked_journals():
         release_parked(journal)
 
 
@@ -592,7 +438,7 @@ def _release_parked_at_exit() -> None:
     (its connection pool) opened earlier.
     """
     global _exit_hooked
-    with _PARKED_LOCK:
+    with _EXIT_LOCK:
         if not _exit_hooked:
             atexit.register(_release_all_parked)
             _exit_hooked = True

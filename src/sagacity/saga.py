@@ -8,10 +8,8 @@ approval lifecycle `approval/`, how a saga ends `_outcome.py`, and the compensat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
-import math
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +17,7 @@ from sagacity._deciding import ApprovalDecisions
 from sagacity._granting import StandingApprovals
 from sagacity._history import SagaHistory
 from sagacity._ids import require_id
+from sagacity._joining import SagaJoining
 from sagacity._leasing import LeaseKeeper, release_parked
 from sagacity._outcome import SagaEnding, SagaOutcome, SagaResult
 from sagacity._reconcile import ReconcilerRegistry
@@ -59,7 +58,7 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
+class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling, SagaJoining):
     """Journals tool calls, compensates failed sagas and gates IRREVERSIBLE calls.
 
     Args:
@@ -298,61 +297,6 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling):
             return await asyncio.to_thread(
                 self._ending.compensated, history, report, value=None, error=None
             )
-
-    @contextlib.contextmanager
-    def join(
-        self,
-        saga_id: str,
-        *,
-        started_by: str | None = None,
-        wait: float | None = None,
-        linger: float = 0.0,
-    ) -> Iterator[SagaScope]:
-        """Hold saga `saga_id` open for calls that arrive one request at a time.
-
-        For integrations whose calls of one saga come in separate requests (an MCP
-        server, a durable engine's steps): takes the saga's lease, reads its journal and
-        yields its open scope; run each request's calls inside `scope.entered()`. Leaving
-        does not end the saga (a later `saga()`, `compensate()` or the integration's own
-        end does); it lets the lease go. `started_by` is as for `saga`; `wait` is how
-        long to wait for a saga another worker holds (by default `lease_wait`).
-
-        `linger` (seconds) keeps the lease after the block, still renewed, for the
-        saga's next join in this process: that join adopts it without a commit, and reads
-        the saga's head (one select) instead of its journal when nothing was appended
-        since. Unadopted, it is released `linger` seconds later (or when this Sagacity
-        closes, or the process exits); meanwhile another worker waits for the saga as for
-        any holder. Never kept after the block raised, for a lease lost or freed by the
-        saga's end, nor for a saga that waits for a human (an approval request open).
-
-        Raises:
-            ConfigurationError: `linger` is negative, not finite or not a number.
-            SagaBusyError: Another worker holds the saga.
-            SagaStateError: The saga ended, or its journal records another starter.
-        """
-        if (
-            isinstance(linger, bool)
-            or not isinstance(linger, int | float)
-            or not math.isfinite(linger)
-            or linger < 0
-        ):
-            raise ConfigurationError(
-                f"saga {saga_id!r}: linger must be a finite number of seconds, 0 or more, "
-                f"not {linger!r}"
-            )
-        with self._leased(saga_id, wait=wait, linger=float(linger)) as keeper:
-            history = keeper.hold(keeper.known_history or self._history(saga_id))
-            if history.ended is not None:
-                raise SagaStateError(
-                    f"saga {saga_id!r} ended {history.outcome} at seq {history.ended.seq}; "
-                    "a saga id is used once: start a new saga"
-                )
-            scope = SagaScope(self, saga_id, history)
-            scope.started_by = starter_for(history, started_by)
-            scope.failed = history.has_failed_call()
-            yield scope
-            if history.open_requests():
-                keeper.linger = 0.0  # the next step waits for a human: let the saga go now
 
     def history(self, saga_id: str) -> list[JournalEntry]:
         """Return the saga's journal entries (a shorthand for `journal.entries`).

@@ -78,9 +78,12 @@ class SagaSteps:
     """
 
     def __init__(self, sagacity: Sagacity, tools: Iterable[object], *, linger: float = 2.0) -> None:
-        if isinstance(linger, bool) or not isinstance(linger, int | float):
-            raise ConfigurationError(f"SagaSteps: linger must be seconds, not {linger!r}")
-        if not math.isfinite(linger) or linger < 0:
+        if (
+            isinstance(linger, bool)
+            or not isinstance(linger, int | float)
+            or not math.isfinite(linger)
+            or linger < 0
+        ):
             raise ConfigurationError(
                 f"SagaSteps: linger must be a finite number of seconds, 0 or more, not {linger!r}"
             )
