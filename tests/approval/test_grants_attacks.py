@@ -170,6 +170,26 @@ class TestAmountsOfCalls:
         assert ledger.ran == []
         assert sagacity.grants()[0].used_calls == 0
 
+    @pytest.mark.parametrize(
+        ("amount", "outcome"),
+        [
+            (decimal.Decimal("5"), ASKED),  # journaled as the text "5"
+            (10**30, ASKED),  # past what a JSON number holds exactly
+            (float("nan"), SagaOutcome.COMPENSATED),  # no JSON form: refused before it runs
+            (float("inf"), SagaOutcome.COMPENSATED),
+        ],
+    )
+    def test_an_amount_python_holds_but_json_does_not_is_never_covered(
+        self, sagacity: Sagacity, amount: Any, outcome: SagaOutcome
+    ) -> None:
+        """Nothing runs and the grant is not consumed."""
+        ledger = Ledger()
+        sagacity.wrap(ledger)
+        sagacity.grant("pay", **_terms(max_amount=100, amount_field="amount"))
+        assert _run(sagacity, "s1", "pay", amount=amount, payee="A") is outcome
+        assert ledger.ran == []
+        assert sagacity.grants()[0].used_calls == 0
+
     def test_negative_zero_and_a_huge_float_count_as_numbers(self, sagacity: Sagacity) -> None:
         """-0.0 takes nothing; 1e308 is more than the budget and asks."""
         ledger = Ledger()
