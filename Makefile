@@ -90,7 +90,7 @@ test-openai-temporal: $(OPENAI_TEMPORAL)/.installed
 MATRIX := 3.11 3.12 3.13
 PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
 
-test-matrix: browser
+test-matrix: browser mcp-servers
 	@passed=; failed=; missing=; \
 	for v in $(MATRIX); do \
 	  py=; \
