@@ -19,8 +19,10 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 
 from sagacity import (
+    AppendConflictError,
     ApprovalInputError,
     ApprovalNotFoundError,
+    InMemoryApprovalStore,
     InMemoryJournal,
     Phase,
     Reversibility,
@@ -501,3 +503,34 @@ class TestPlantedUse:
         )
         assert _run(sagacity, "s2", "pay", amount=50, payee="A") is ASKED
         assert ledger.ran == ["pay 100 A"]
+
+
+class _ConsumedFirst(InMemoryJournal):
+    """A journal where a call always consumed the grant just before a revocation's append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    def append(self, saga_id: str, phase: Phase, **options: Any) -> Any:
+        if phase is Phase.REVOKED and options.get("expected_seq") is not None:
+            self.lost += 1
+            expected = options["expected_seq"]
+            raise AppendConflictError(saga_id, expected, expected + 1)
+        return super().append(saga_id, phase, **options)
+
+
+class TestStarvedRevocation:
+    def test_a_revocation_that_loses_every_race_still_lands(self) -> None:
+        """After 64 conflicts with consumers, REVOKED is appended whatever the last seq."""
+        journal = _ConsumedFirst()
+        sagacity = Sagacity(journal, InMemoryApprovalStore())
+        sagacity.wrap(Ledger())
+        grant = sagacity.grant("pay", **_terms())
+        assert sagacity.revoke(grant.grant_id, revoked_by="dave").state == "revoked"
+        assert journal.lost == 64
+        assert [e.phase for e in sagacity.history(f"grant-{grant.grant_id}")] == [
+            Phase.GRANTED,
+            Phase.REVOKED,
+        ]
+        assert _run(sagacity, "s1", "pay", amount=1, payee="A") is ASKED
