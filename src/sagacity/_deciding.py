@@ -106,9 +106,15 @@ class ApprovalDecisions:
 
         Raises:
             ApprovalAlreadyUsedError: The approved call is already running (or ran).
-            ValueError: The approver names nobody, or `via` is not a channel's name.
+            ValueError: The approver names nobody, the reason is not text, or `via` is
+                not a channel's name.
         """
         require_name(approver, "approver")
+        if not isinstance(reason, str):
+            raise ValueError(
+                f"saga {saga_id!r}: the rejection's reason must be text, not "
+                f"{type(reason).__name__}"
+            )
         channel = checked_via(via)
         with self._leased(saga_id) as keeper:
             history = self.approval.reject(

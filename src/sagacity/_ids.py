@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from sagacity._unicode import principal_name_problem
 from sagacity.errors import InvalidIdError
 
 __all__ = [
@@ -119,3 +120,6 @@ def require_name(value: object, field: str) -> None:
             f"{field} {value!r} has spaces around it; give the name as it is recorded "
             f"({value.strip()!r})"
         )
+    problem = principal_name_problem(value)
+    if problem is not None:  # a bidi override or a zero-width space reads as another name
+        raise ValueError(f"{field} {value!r} is refused: {problem}")

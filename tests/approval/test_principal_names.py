@@ -71,11 +71,13 @@ class TestFourEyes:
 
 class TestDistinctApprovers:
     def test_a_zero_width_space_does_not_make_a_second_approver(self, sagacity: Sagacity) -> None:
-        """`bob` then `bob` + U+200B: the second approve is refused as the same principal."""
+        """`bob` then `bob` + U+200B, or `BOB`: refused, as a hidden character or the same one."""
         waiting = waiting_saga(sagacity, wire="big_wire")
         sagacity.approve(waiting.request.saga_id, approver="bob")
-        with pytest.raises(ApprovalAlreadyGivenError, match="an approver approves a request once"):
+        with pytest.raises(ValueError, match="U\\+200B at position 3"):
             sagacity.approve(waiting.request.saga_id, approver=f"bob{ZWSP}")
+        with pytest.raises(ApprovalAlreadyGivenError, match="an approver approves a request once"):
+            sagacity.approve(waiting.request.saga_id, approver="BOB")
         (request,) = sagacity.pending(waiting.request.saga_id)
         assert [a.approver for a in request.approvals] == ["bob"]
         assert request.state == "waiting"
@@ -92,3 +94,34 @@ class TestDistinctApprovers:
         result = sagacity.resume_saga(waiting.request.saga_id)
         assert result.outcome is SagaOutcome.COMPLETED
         assert waiting.treasury.calls["big_wire"] == 1
+
+
+class TestNamesAtTheDecision:
+    """The Python API and the CLI refuse what the server's principals refuse."""
+
+    @pytest.mark.parametrize("name", ["b\u202eob", f"bob{ZWSP}", "bo\x07b"])
+    def test_an_approver_or_rejecter_with_hidden_characters_is_refused(
+        self, sagacity: Sagacity, name: str
+    ) -> None:
+        """An override or zero-width name would read as someone else in every listing."""
+        waiting = waiting_saga(sagacity)
+        saga_id = waiting.request.saga_id
+        before = phases_of(sagacity)
+        with pytest.raises(ValueError, match="is refused: it holds the invisible or control"):
+            sagacity.approve(saga_id, approver=name)
+        with pytest.raises(ValueError, match="is refused: it holds the invisible or control"):
+            sagacity.reject(saga_id, approver=name, reason="no")
+        assert phases_of(sagacity) == before
+
+    @pytest.mark.parametrize("reason", [None, 5, b"no"])
+    def test_a_rejection_whose_reason_is_not_text_is_refused(
+        self, sagacity: Sagacity, reason: object
+    ) -> None:
+        waiting = waiting_saga(sagacity)
+        saga_id = waiting.request.saga_id
+        before = phases_of(sagacity)
+        with pytest.raises(ValueError, match="the rejection's reason must be text"):
+            sagacity.reject(saga_id, approver="bob", reason=reason)  # type: ignore[arg-type]
+        assert phases_of(sagacity) == before
+        (request,) = sagacity.pending(saga_id)
+        assert request.state == "waiting"

@@ -46,7 +46,7 @@ class TestHostileText:
         """No escape sequence or bidi override reaches the terminal from grant or grants."""
         made = _grant(
             database,
-            "--ttl", "1h", "--reason", HOSTILE, "--for", "al\u202eice",
+            "--ttl", "1h", "--reason", HOSTILE, "--for", "alice",
             "--equals", f"payee={HOSTILE}",
         )  # fmt: skip
         assert made.returncode == 0, made.stderr
@@ -55,10 +55,16 @@ class TestHostileText:
         for shown in (made.stdout, listed.stdout):
             assert "\x1b" not in shown
             assert "\u202e" not in shown
-        assert "sagas of al\\u202eice" in listed.stdout
         assert '\\u001b[31mAPPROVED\\u202eevil"' in listed.stdout
         document = json.loads(run_cli("grants", "--database", database, "--json").stdout)
         assert document[0]["reason"] == HOSTILE  # JSON carries the text exactly
+
+    def test_a_principal_with_a_bidi_override_is_refused(self, database: str) -> None:
+        """`al` + U+202E + `ice` would read as another name in every listing: exit 2."""
+        refused = _grant(database, "--ttl", "1h", "--for", "al\u202eice")
+        assert refused.returncode == 2, refused.stderr
+        assert "U+202E at position 2" in refused.stderr
+        assert json.loads(run_cli("grants", "--database", database, "--json").stdout) == []
 
     @pytest.mark.parametrize(
         ("options", "why"),
