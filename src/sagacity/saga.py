@@ -34,6 +34,7 @@ from sagacity.approval import (
     ApprovalStore,
     ResumableCall,
 )
+from sagacity.approval._escalation import MAX_GROUP_TTL
 from sagacity.approval._lifecycle import ApproverGroup, Clock, checked_clock, explain_unusable
 from sagacity.approval._policy import starter_for
 from sagacity.approval._resume import seal_for_replay
@@ -117,9 +118,19 @@ class Sagacity(ApprovalDecisions, StandingApprovals, DoubtSettling, SagaJoining)
         self.approvals = approvals
         """The store of pending approval requests."""
         if isinstance(approval_ttl, int | float):
+            if not 0 <= approval_ttl <= MAX_GROUP_TTL.total_seconds():  # NaN too
+                raise ConfigurationError(
+                    f"approval_ttl must be 0 to {MAX_GROUP_TTL.total_seconds():.0f} seconds "
+                    f"(about ten years), not {approval_ttl}"
+                )
             approval_ttl = datetime.timedelta(seconds=approval_ttl)
-        if approval_ttl is not None and approval_ttl < datetime.timedelta(0):
-            raise ConfigurationError(f"approval_ttl must not be negative, not {approval_ttl}")
+        if approval_ttl is not None and not (
+            datetime.timedelta(0) <= approval_ttl <= MAX_GROUP_TTL
+        ):
+            raise ConfigurationError(
+                f"approval_ttl must be between 0 and {MAX_GROUP_TTL.days} days: every "
+                f"request's expiry must stay a date, not {approval_ttl}"
+            )
         self.approval_ttl: datetime.timedelta | None = approval_ttl
         if isinstance(lease_ttl, int | float):
             lease_ttl = datetime.timedelta(seconds=lease_ttl)

@@ -31,6 +31,7 @@ from sagacity import (
     ApprovalNotFoundError,
     ApprovalRejectedError,
     ApprovalRequest,
+    ConfigurationError,
     FailureKind,
     InMemoryApprovalStore,
     Phase,
@@ -181,6 +182,14 @@ class TestApprovalRequest:
         assert open_sagacity(approval_ttl=datetime.timedelta(minutes=2)).approval_ttl == (
             datetime.timedelta(seconds=120)
         )
+
+    @pytest.mark.parametrize(
+        "ttl", [-1, float("nan"), 1e300, 10**20, datetime.timedelta(days=99_999)]
+    )
+    def test_a_ttl_no_expiry_date_can_hold_is_refused(self, ttl: object) -> None:
+        """Past ten years every request's expiry would overflow the calendar: refused."""
+        with pytest.raises(ConfigurationError, match="approval_ttl must be"):
+            Sagacity.from_url("memory://", approval_ttl=ttl)  # type: ignore[arg-type]
 
 
 class TestApprove:

@@ -10,7 +10,6 @@ can be continued from the journal alone.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import itertools
 import re
@@ -20,9 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sagacity._ids import WORKFLOW_START_CALL
-from sagacity._wrap import DeclaredTool, collect_tools
-from sagacity.annotations import Reversibility, ToolDeclaration, declaration_of
-from sagacity.approval._escalation import gate_escalation, tool_escalation
+from sagacity.annotations import Reversibility, ToolDeclaration
+from sagacity.approval._escalation import gate_escalation
 from sagacity.errors import ConfigurationError
 from sagacity.saga import Sagacity
 from sagacity.tools import SagaTool
@@ -34,6 +32,12 @@ from sagacity.workflows._declare import (
     stage_of,
     workflow_of,
 )
+from sagacity.workflows._stage_tools import (
+    PlannedTool,
+    journaled_tool,
+    nothing_to_undo,
+    stage_tool,
+)
 
 __all__ = [
     "MAX_GATE_TIMEOUT_SECONDS",
@@ -42,7 +46,6 @@ __all__ = [
     "StageDefinition",
     "WorkflowDefinition",
     "define",
-    "nothing_to_undo",
     "plan",
     "register",
 ]
@@ -148,22 +151,6 @@ class WorkflowDefinition:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _PlannedTool:
-    """A stage's (or a start's) journaled tool, checked and not yet registered."""
-
-    declared: DeclaredTool
-    """What `collect_tools` found: its compensation and reconcilers are registered."""
-    tool: SagaTool
-    """The tool that runs it."""
-    where: str
-    """Names it in errors, and as the holder of its tool name."""
-    gate: GateDeclaration | None = None
-    """The stage's gate (checked); None: no gate, or a run's start."""
-    is_stage: bool = True
-    """Whether it is a stage: a stage's gate (or its absence) is declared on registering."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class PlannedWorkflow:
     """A workflow whose every declaration was checked, nothing of it registered yet."""
 
@@ -171,7 +158,7 @@ class PlannedWorkflow:
     """The definition the runtime runs, once registered."""
     owner: type
     """The workflow's class: the one class that workflow name stands for on the Sagacity."""
-    tools: tuple[_PlannedTool, ...]
+    tools: tuple[PlannedTool, ...]
     """Its start's and stages' tools, to register."""
 
 
@@ -245,7 +232,7 @@ def plan(sagacity: Sagacity, source: object) -> PlannedWorkflow:
         name=name,
         compensation_idempotent=True,  # an undo that does nothing is never in doubt
     )
-    start = _journaled(sagacity, start_call, None, where, is_stage=False)
+    start = journaled_tool(sagacity, start_call, None, where, is_stage=False)
     return PlannedWorkflow(
         definition=WorkflowDefinition(
             name=name,
@@ -290,10 +277,6 @@ def register(sagacity: Sagacity, planned: Sequence[PlannedWorkflow]) -> list[Wor
     return [workflow.definition for workflow in planned]
 
 
-def nothing_to_undo() -> None:
-    """The compensation of a run's start and of stages that declare no effect."""
-
-
 def _start_function(name: str, stages: list[str], timeouts: dict[str, float]) -> Callable[..., Any]:
     # The gates' timeouts are journaled with the run's start: whoever reads the journal
     # (the CLI, an inbox without the workflow) shows the gate's real expiry.
@@ -309,7 +292,7 @@ def _start_function(name: str, stages: list[str], timeouts: dict[str, float]) ->
 
 def _stages(
     sagacity: Sagacity, cls: type, instance: object, name: str, where: str
-) -> list[tuple[StageDefinition, _PlannedTool]]:
+) -> list[tuple[StageDefinition, PlannedTool]]:
     found: list[tuple[int, str, Callable[..., Any]]] = []
     for attribute in sorted(dir(cls)):
         func = inspect.getattr_static(cls, attribute, None)
@@ -370,7 +353,7 @@ def _stage(
     name: str,
     func: Callable[..., Any],
     where: str,
-) -> tuple[StageDefinition, _PlannedTool]:
+) -> tuple[StageDefinition, PlannedTool]:
     here = f"{where}: stage {name!r}"
     method = getattr(instance, func.__name__)
     if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
@@ -400,7 +383,7 @@ def _stage(
             groups=sagacity.approval.policy.groups,
             where=here,
         )
-    planned = _tool(sagacity, instance, method, tool_name, reason, here, gate)
+    planned = stage_tool(sagacity, instance, method, tool_name, reason, here, gate)
     definition = StageDefinition(
         name=name,
         order=order,
@@ -510,127 +493,3 @@ def _check(declared: object, here: str) -> StageCheck:
     raise ConfigurationError(
         f"{here}: check {declared!r} is neither a StageCheck subclass nor an instance of one"
     )
-
-
-def _tool(
-    sagacity: Sagacity,
-    instance: object,
-    method: Callable[..., Any],
-    tool_name: str,
-    reason: str | None,
-    here: str,
-    gate: GateDeclaration | None,
-) -> _PlannedTool:
-    """The stage's method as a journaled tool named `tool_name`, not yet registered."""
-    call = _forwarding(method)
-    # No @compensable: the stage declares no effect, so there is nothing to undo. It is
-    # journaled REVERSIBLE and the walk records it COMPENSATED without doing anything; a
-    # walk stopped inside that nothing runs it again rather than leave it in doubt.
-    declaration = declaration_of(method) or ToolDeclaration(
-        by=nothing_to_undo,
-        reversibility=Reversibility.REVERSIBLE,
-        name=None,
-        compensation_idempotent=True,
-    )
-    by = declaration.by
-    if isinstance(by, str):
-        found = getattr(instance, by, None)
-        if found is None or not callable(found):
-            raise ConfigurationError(
-                f"{here} names compensation {by!r}, which {type(instance).__qualname__} does "
-                f"not define; define {by}() or fix the name"
-            )
-        by = found
-    elif by is not None:
-        bound = getattr(instance, getattr(by, "__name__", ""), None)
-        if getattr(bound, "__func__", None) is by:
-            by = bound  # a function of the class body: the instance's bound method
-    call.__sagacity_tool__ = dataclasses.replace(  # type: ignore[attr-defined]
-        declaration,
-        name=tool_name,
-        by=by,
-        reconcile=_bound(instance, declaration.reconcile),
-        reconcile_compensation=_bound(instance, declaration.reconcile_compensation),
-    )
-    return _journaled(sagacity, call, reason, here, gate=gate)
-
-
-def _bound(instance: object, given: Any) -> Any:
-    """A stage's reconciler found on the workflow's instance, as `by` is (then checked)."""
-    if isinstance(given, str):
-        return getattr(instance, given, given)
-    bound = getattr(instance, getattr(given, "__name__", ""), None)
-    return bound if given is not None and getattr(bound, "__func__", None) is given else given
-
-
-def _journaled(
-    sagacity: Sagacity,
-    call: Callable[..., Any],
-    reason: str | None,
-    here: str,
-    *,
-    gate: GateDeclaration | None = None,
-    is_stage: bool = True,
-) -> _PlannedTool:
-    """A journaled tool of `call`, its declaration checked as `wrap` checks it.
-
-    Not wrapped into `sagacity`'s tools: a stage runs only inside its run, in order. Were
-    it wrapped, `Sagacity.resume_saga(run_id)` without work would run an approved gated
-    stage alone and end the run COMPLETED with the later stages never run; unwrapped, it
-    refuses. Only its compensation is registered, for the walk (by `register`).
-    """
-    try:
-        (declared,) = collect_tools([call])
-    except ConfigurationError as error:
-        raise ConfigurationError(f"{here}: {error}") from error
-    # The facade's own registries: the workflows are part of the core, and `wrap` is the
-    # only public way in, which would also make the stage a tool anyone could resume.
-    if declared.name in sagacity._tools:
-        raise ConfigurationError(
-            f"{here}: a tool named {declared.name!r} is wrapped in this Sagacity already; "
-            "rename the tool, the workflow or the stage"
-        )
-    own = declaration_of(declared.func)
-    if own is not None:  # what `register` asks the approval lifecycle, checked first
-        try:
-            tool_escalation(
-                declared.name,
-                own.remind_before,
-                own.escalate_to,
-                ttl=sagacity.approval.ttl,
-                groups=sagacity.approval.policy.groups,
-            )
-        except ConfigurationError as error:
-            raise ConfigurationError(f"{here}: {error}") from error
-    tool = SagaTool(
-        sagacity,
-        declared.func,
-        name=declared.name,
-        description=declared.description,
-        reversibility=declared.reversibility,
-        retry=declared.retry,
-        approval_reason=reason,
-    )
-    return _PlannedTool(declared=declared, tool=tool, where=here, gate=gate, is_stage=is_stage)
-
-
-def _forwarding(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A new function that calls `method`, with its signature, name and docstring.
-
-    The stage's tool needs a declaration of its own (its tool name), which cannot be set
-    on a bound method without changing every instance's.
-    """
-    if inspect.iscoroutinefunction(method):
-
-        async def forward_async(*args: Any, **kwargs: Any) -> Any:
-            return await method(*args, **kwargs)
-
-        forward: Callable[..., Any] = forward_async
-    else:
-
-        def forward_sync(*args: Any, **kwargs: Any) -> Any:
-            return method(*args, **kwargs)
-
-        forward = forward_sync
-    functools.update_wrapper(forward, method)
-    return forward
