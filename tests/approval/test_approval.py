@@ -189,7 +189,7 @@ class TestApprovalRequest:
     def test_a_ttl_no_expiry_date_can_hold_is_refused(self, ttl: object) -> None:
         """Past ten years every request's expiry would overflow the calendar: refused."""
         with pytest.raises(ConfigurationError, match="approval_ttl must be"):
-            Sagacity.from_url("memory://", approval_ttl=ttl)  # type: ignore[arg-type]
+            Sagacity.from_url("memory://", approval_ttl=ttl)
 
 
 class TestApprove:
