@@ -110,6 +110,13 @@ class TestWhatACoveredCallLeaves:
         )
         assert (used["payload"]["saga_id"], used["payload"]["call_id"]) == ("s1", intent["call_id"])
 
+        shown = run_cli("show", "s1", "--database", database)
+        assert shown.returncode == 0, shown.stderr
+        assert (
+            f"seq 1 pay ran without asking: covered by grant {grant_id} of carol (use 1, "
+            f"GRANT_USED at seq {covered['grant_seq']} of its chain)"
+        ) in shown.stdout
+
         report = run_cli("report", "fatigue", "--database", database, "--json")
         assert report.returncode == 0, report.stderr
         counted = json.loads(report.stdout)

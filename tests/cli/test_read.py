@@ -468,3 +468,23 @@ class TestHostileText:
             line.startswith("saga 'order-1001' seq 2:") and "\\x1b[2J\\nall: OK" in line
             for line in checked.stdout.splitlines()
         ), checked.stdout
+
+
+class TestShowSaysWhyACallDidNotAsk:
+    def test_a_call_its_rule_let_through(self, tmp_path: Path) -> None:
+        """An IRREVERSIBLE call that ran unasked names the rule that did not ask."""
+
+        @compensable(reversibility=Reversibility.IRREVERSIBLE, approval="amount > 1000")
+        def wire(amount: int, to: str) -> str:
+            """Wire money: over 1000 a human approves."""
+            return f"wired {amount} to {to}"
+
+        database = tmp_path / "rules.db"
+        with Sagacity.from_url(f"sqlite:///{database}") as sagacity:
+            (tool,) = sagacity.wrap(wire)
+            sagacity.saga("small-1", lambda: tool(amount=10, to="ACME"))
+        shown = run_cli("show", "small-1", "--database", str(database))
+        assert shown.returncode == 0, shown.stderr
+        assert (
+            "  seq 1 wire ran without asking: its rule 'amount > 1000' did not ask a human\n"
+        ) in shown.stdout

@@ -139,6 +139,15 @@ def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int])
             initiated = payload.get("initiated_by")
             by = initiator_text(initiated) if isinstance(initiated, dict) else "not recorded"
             lines.append(f"seq {entry.seq} asked for {visible(str(entry.tool_name))}, by {by}")
+        elif entry.phase is Phase.INTENT and isinstance(
+            grant := payload.get("approval_grant"), dict
+        ):
+            lines.append(f"seq {entry.seq} {_granted_text(entry, grant)}")
+        elif entry.phase is Phase.INTENT and isinstance(rule := payload.get("approval_rule"), dict):
+            lines.append(
+                f"seq {entry.seq} {visible(str(entry.tool_name))} ran without asking: its rule "
+                f"'{visible(str(rule.get('rule')))}' did not ask a human"
+            )
         elif entry.phase is Phase.REMINDED:
             lines.append(f"seq {entry.seq} reminded of the expiry at {payload.get('expires_at')}")
         elif entry.phase is Phase.ESCALATED:
@@ -156,6 +165,15 @@ def decision_lines(entries: Sequence[JournalEntry], not_counted: Container[int])
                 line += f": {visible(why)}"
             lines.append(line)
     return lines
+
+
+def _granted_text(entry: JournalEntry, grant: dict[str, JsonValue]) -> str:
+    """Why a call ran without asking: the standing grant, its use, and who granted it."""
+    return (
+        f"{visible(str(entry.tool_name))} ran without asking: covered by grant "
+        f"{visible(str(grant.get('grant_id')))} of {visible(str(grant.get('grantor')))} "
+        f"(use {grant.get('use')}, GRANT_USED at seq {grant.get('grant_seq')} of its chain)"
+    )
 
 
 def escalation_lines(request: ApprovalRequest, now: datetime.datetime, label: int) -> list[str]:
