@@ -112,28 +112,28 @@ class TestSagaLetGoWhileAsking:
         and the user's "accept" afterwards does not run the rejected call.
         """
         url = f"sqlite:///{tmp_path}/journal.db"
-        proxy_side, approval_page = Sagacity.from_url(url), Sagacity.from_url(url)
-        rejected: list[SagaResult | SagacityError] = []
-        reject = functools.partial(
-            approval_page.reject, "w", approver="cfo@example.com", reason="not today"
-        )
+        with Sagacity.from_url(url) as proxy_side, Sagacity.from_url(url) as approval_page:
+            rejected: list[SagaResult | SagacityError] = []
+            reject = functools.partial(
+                approval_page.reject, "w", approver="cfo@example.com", reason="not today"
+            )
 
-        async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-            try:  # in a thread of its own, as another process would: no saga context
-                rejected.append(await asyncio.get_running_loop().run_in_executor(None, reject))
-            except SagacityError as error:
-                rejected.append(error)
-            return types.ElicitResult(action="accept")
+            async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+                try:  # in a thread of its own, as another process would: no saga context
+                    rejected.append(await asyncio.get_running_loop().run_in_executor(None, reject))
+                except SagacityError as error:
+                    rejected.append(error)
+                return types.ElicitResult(action="accept")
 
-        upstream, result = await wire_once(proxy_side, elicit)
+            upstream, result = await wire_once(proxy_side, elicit)
 
-        assert [getattr(r, "outcome", r) for r in rejected] == [SagaOutcome.COMPENSATED]
-        assert upstream.calls == []
-        assert result.is_error
-        assert "saga 'w' ended COMPENSATED" in text(result)
-        assert [e.phase.name for e in proxy_side.history("w")] == [
-            "AWAITING_APPROVAL", "REJECTED", "ENDED",
-        ]  # fmt: skip
+            assert [getattr(r, "outcome", r) for r in rejected] == [SagaOutcome.COMPENSATED]
+            assert upstream.calls == []
+            assert result.is_error
+            assert "saga 'w' ended COMPENSATED" in text(result)
+            assert [e.phase.name for e in proxy_side.history("w")] == [
+                "AWAITING_APPROVAL", "REJECTED", "ENDED",
+            ]  # fmt: skip
 
     async def test_a_user_who_does_not_answer_leaves_the_call_waiting(
         self, monkeypatch: pytest.MonkeyPatch
