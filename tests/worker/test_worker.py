@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,17 @@ class TestPlainWork:
         assert shop.log == ["hold 100", "wire 100 to acme"]
         assert phases(sagacity, "w-1")[-3:] == ["INTENT", "EXECUTED", "ENDED"]
         assert sagacity.history("w-1")[-1].payload["outcome"] == "COMPLETED"
+
+    def test_the_application_s_random_state_is_left_alone(
+        self, sagacity: Sagacity, shop: Shop
+    ) -> None:
+        """The worker shuffles its batch with a generator of its own, not `random`'s."""
+        for saga_id in ("r-1", "r-2", "r-3"):
+            pause(sagacity, saga_id)
+            sagacity.approve(saga_id, approver="alice")
+        before = random.getstate()
+        assert Worker(sagacity).run_once() == 3
+        assert random.getstate() == before
 
     def test_a_rejection_compensates_where_the_tools_are(
         self, store_url: str, sagacity: Sagacity, shop: Shop

@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Worker", "WorkerHealth"]
 
+_SHUFFLE = random.Random().shuffle
+"""A generator of its own: the application's `random` state is the application's."""
+
 
 Resumers = Resumer | Mapping[str, Resumer]
 """One resumer for every saga, or one per resumer name (see `Worker`)."""
@@ -316,7 +319,7 @@ class Worker:
 
     def _work_through(self, sagas: set[str]) -> None:
         order = list(sagas)
-        random.shuffle(order)  # workers racing for one batch spread over it
+        _SHUFFLE(order)  # workers racing for one batch spread over it
         for saga_id in order:
             if self._stopping.is_set():
                 return
