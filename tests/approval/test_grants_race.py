@@ -51,7 +51,12 @@ def _finished(children: list[subprocess.Popen[str]]) -> list[str]:
     """Wait for each child to stop at its first asked call; return what each printed last."""
     last = []
     for child in children:
-        out, err = child.communicate(timeout=120)
+        # Read through the pipe's own reader: `communicate` reads the descriptor and would
+        # miss what `readline` buffered with "started" (a child asked at once).
+        assert child.stdout is not None
+        assert child.stderr is not None
+        with child:  # closes the pipes and waits
+            out, err = child.stdout.read(), child.stderr.read()
         assert child.returncode == 0, err
         last.append(out.strip().splitlines()[-1] if out.strip() else "")
     return last
