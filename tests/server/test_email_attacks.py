@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import gc
 import hashlib
 import hmac
 import html.parser
@@ -16,6 +17,7 @@ import json
 import logging
 import socket
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -563,6 +565,32 @@ class TestOutbox:
         (error,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
         assert "after 1 attempt(s)" in error
         assert "550" in error
+
+    def test_a_greeting_that_never_comes_leaves_no_socket_open(self, bank: Bank) -> None:
+        """The attempt times out waiting for the server's 220: its socket is closed."""
+        stuck = _Hanging()
+        links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
+        sender = EmailNotifier(
+            SmtpSettings(host="127.0.0.1", port=stuck.port, security="none", timeout=0.2),
+            sender="sagacity@bank.example",
+            links=links,
+            default_recipients=["ops@bank.example"],
+            retries=0,
+        )
+        instance = Sagacity.from_url("memory://", on_approval_request=sender)
+        instance.wrap(bank)
+        try:
+            start_wire(instance, bank, "mute-1")
+            sender.close()  # after the one attempt, which timed out
+            assert (sender.delivered, sender.failed) == (0, 1)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ResourceWarning)
+                gc.collect()
+            assert [str(w.message) for w in caught if "unclosed" in str(w.message)] == []
+        finally:
+            stuck.close()
+            links.close()
+            instance.close()
 
     def test_a_temporary_refusal_is_retried_and_delivered_once(self, bank: Bank) -> None:
         """451 (greylisting) for the first RCPT: the retry is accepted, one message arrives."""
