@@ -237,10 +237,13 @@ class WebhookNotifier(Outbox[_Delivery]):
         from sagacity.worker import DecisionEvents
 
         events = DecisionEvents(sagacity, poll_interval=poll_interval, listen=listen)
+        # Started here, not on the thread: "from now on" is this call, so a decision made
+        # right after it returns is news even if the thread has not run yet.
+        following = events.follow()
 
         def follow() -> None:
             try:
-                for decision in events.follow():
+                for decision in following:
                     self.decided(decision)
             except Exception:  # the journal went away: say so, the requests stay listed
                 if not self._closed.is_set():
