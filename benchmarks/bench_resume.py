@@ -292,7 +292,8 @@ def throughput(url: str, folder: Path, label: str, workers: int) -> float:
     return rate
 
 
-def _postgres_schema() -> tuple[str, str] | None:
+def postgres_schema(name: str) -> tuple[str, str] | None:
+    """The server URL and a URL naming a fresh schema `sagacity_bench_<name>_…`; None if down."""
     base = os.environ.get("SAGACITY_TEST_DATABASE_URL") or DEFAULT_URL
     try:
         import psycopg
@@ -302,12 +303,13 @@ def _postgres_schema() -> tuple[str, str] | None:
     except Exception as error:
         print(f"PostgreSQL: not measured ({type(error).__name__}: {error})")
         return None
-    schema = f"sagacity_bench_resume_{uuid.uuid4().hex[:8]}"
+    schema = f"sagacity_bench_{name}_{uuid.uuid4().hex[:8]}"
     joiner = "&" if "?" in base else "?"
     return base, f"{base}{joiner}schema={schema}"
 
 
-def _drop(base: str, url: str) -> None:
+def drop_schema(base: str, url: str) -> None:
+    """Drop the schema `postgres_schema` named."""
     import psycopg
 
     schema = url.rpartition("schema=")[2]
@@ -320,7 +322,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         place = Path(folder)
         latency(f"sqlite:///{place / 'latency.db'}", place, "SQLite (poll 0.2 s)")
-        found = _postgres_schema()
+        found = postgres_schema("resume")
         if found is not None:
             base, url = found
             try:
@@ -329,7 +331,7 @@ def main() -> None:
                 eight = throughput(url, place, "PostgreSQL", 8)
                 print(f"{'PostgreSQL':<28} 8 workers against 1: {eight / one:.2f}x")
             finally:
-                _drop(base, url)
+                drop_schema(base, url)
         one = throughput(f"sqlite:///{place / 'batch1.db'}", place, "SQLite", 1)
         eight = throughput(f"sqlite:///{place / 'batch8.db'}", place, "SQLite", 8)
         print(f"{'SQLite':<28} 8 workers against 1: {eight / one:.2f}x")

@@ -27,15 +27,14 @@ import sqlite3
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_resume import drop_schema, postgres_schema
 from sagacity import Escalator, Reversibility, Sagacity, compensable
 from sagacity.testing import FakeClock
 
-DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 PENDING = int(os.environ.get("SAGACITY_BENCH_PENDING", "2000"))
 PASSES = int(os.environ.get("SAGACITY_BENCH_PASSES", "10"))
 START = datetime.datetime(2026, 3, 6, 17, 0, tzinfo=datetime.UTC)
@@ -134,40 +133,17 @@ def measure(url: str, label: str) -> None:
     print(f"{'':<11} a pass with nothing due: {idle[0] * 1000:8.1f} ms {idle[1]:6.0f} statements")
 
 
-def _postgres_schema() -> tuple[str, str] | None:
-    base = os.environ.get("SAGACITY_TEST_DATABASE_URL") or DEFAULT_URL
-    try:
-        import psycopg
-
-        with psycopg.connect(base, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-    except Exception as error:
-        print(f"PostgreSQL: not measured ({type(error).__name__}: {error})")
-        return None
-    schema = f"sagacity_bench_sweep_{uuid.uuid4().hex[:8]}"
-    joiner = "&" if "?" in base else "?"
-    return base, f"{base}{joiner}schema={schema}"
-
-
-def _drop(base: str, url: str) -> None:
-    import psycopg
-
-    schema = url.rpartition("schema=")[2]
-    with psycopg.connect(base, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
 def main() -> None:
     print(f"\n== sweep: {PENDING} pending requests, ~10 due a reminder per pass")
     with tempfile.TemporaryDirectory() as folder:
         measure(f"sqlite:///{Path(folder) / 'sweep.db'}", "SQLite")
-    found = _postgres_schema()
+    found = postgres_schema("sweep")
     if found is not None:
         base, url = found
         try:
             measure(url, "PostgreSQL")
         finally:
-            _drop(base, url)
+            drop_schema(base, url)
 
 
 if __name__ == "__main__":
