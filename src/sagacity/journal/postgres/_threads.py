@@ -172,6 +172,8 @@ class ThreadGroup:
                 continue
             woken = waiter.wake.acquire(timeout=-1 if timeout is None else timeout)
             if woken:
+                if waiter.state == _DONE:  # final, and set before the wake-up was sent
+                    break
                 with self._guard:
                     waiter.signalled = False
         outcome = waiter.outcome
@@ -229,7 +231,12 @@ class ThreadGroup:
             self._end(token, [waiter.request.saga_id for waiter in batch], batch)
 
     def _end(self, token: int, sagas: Sequence[str], settled: Sequence[_Waiter]) -> None:
-        """A commit ended: wake its callers, free its sagas, and wake the next leader."""
+        """A commit ended: wake its callers, free its sagas, and wake the next leader.
+
+        The wake-ups are sent once the guard is let go: a caller woken while it is held
+        would only wait for it again, and a batch's callers would queue on it one by one.
+        """
+        wakes: list[_Waiter] = []
         with self._guard:
             self._slots.end(token)
             busy = self._busy
@@ -239,17 +246,28 @@ class ThreadGroup:
                     busy[saga_id] = left
                 else:
                     del busy[saga_id]
-            for waiter in settled:
-                waiter.state = _DONE
-                self._signal(waiter)
             following = self._next
             if following is not None and self._may_lead(time.monotonic()):
                 following.state = _LEAD
-                self._signal(following)
+                if self._mark(following):
+                    wakes.append(following)
+            for waiter in settled:
+                waiter.state = _DONE
+                if self._mark(waiter):
+                    wakes.append(waiter)
+        for waiter in wakes:
+            waiter.wake.release()
 
     @staticmethod
-    def _signal(waiter: _Waiter) -> None:
+    def _mark(waiter: _Waiter) -> bool:
+        """Under the guard: whether `waiter` is to be woken (not once already, unwoken)."""
+        if waiter.signalled:
+            return False
+        waiter.signalled = True
+        return True
+
+    @classmethod
+    def _signal(cls, waiter: _Waiter) -> None:
         """Under the guard: wake `waiter` (once, until it has woken)."""
-        if not waiter.signalled:
-            waiter.signalled = True
+        if cls._mark(waiter):
             waiter.wake.release()
