@@ -285,13 +285,17 @@ class TestFailuresThatCannotBeShown:
         [
             (RuntimeError("bad byte \ud800 here"), "bad byte \\ud800 here"),
             (Unprintable(), "<str() of the error raised RuntimeError>"),
+            (
+                RuntimeError("<html>" + "x" * 10_000_000),
+                "<html>" + "x" * 7_994 + "… [9,992,006 more characters cut]",
+            ),
         ],
-        ids=["lone-surrogate", "str-raises"],
+        ids=["lone-surrogate", "str-raises", "a-response-body"],
     )
     def test_the_failure_is_journaled_and_the_tool_error_reaches_the_caller(
         self, sagacity: Sagacity, error: Exception, message: str
     ) -> None:
-        """A message with a lone surrogate, or a `str()` that raises, is still journaled.
+        """A message with a lone surrogate, a `str()` that raises, or 10 MB, is journaled.
 
         The caller gets the tool's own exception object, and the saga compensates.
         """

@@ -46,16 +46,24 @@ def default_classifier(error: BaseException) -> FailureKind:
     return FailureKind.FAILURE
 
 
+MESSAGE_LIMIT = 8_000
+"""Characters of an error's message journaled; the rest is cut, and counted."""
+
+
 def error_json(error: BaseException) -> dict[str, JsonValue]:
     """The journaled form of an exception: its type and message, always storable.
 
-    A message is the tool's own text: its `str()` may raise, or hold lone surrogates that
-    no UTF-8 column takes. Either way the failure is still journaled, with what can be said.
+    A message is the tool's own text: its `str()` may raise, hold lone surrogates that
+    no UTF-8 column takes, or carry a whole response body. Either way the failure is
+    still journaled, with what can be said; past `MESSAGE_LIMIT` characters it is cut.
     """
     try:
         message = str(error)
     except Exception as broken:  # a broken __str__ must not hide the failure itself
         message = f"<str() of the error raised {type(broken).__name__}>"
+    if len(message) > MESSAGE_LIMIT:
+        cut = len(message) - MESSAGE_LIMIT
+        message = f"{message[:MESSAGE_LIMIT]}… [{cut:,} more characters cut]"
     if not message.isascii():
         message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return {"type": type(error).__qualname__, "message": message}
