@@ -401,6 +401,22 @@ class TestRebuildArguments:
         """Only the parameter whose hint cannot be resolved is refused."""
         assert rebuild_arguments(unresolvable, {"to": "x"}, tool_name="pay") == {"to": "x"}
 
+    def test_a_hint_defined_after_a_first_refusal_is_resolved(self) -> None:
+        """What a tool's hints resolve to is kept once they all resolve, never a failure."""
+
+        def pay(amount: LaterAmount) -> None:  # type: ignore[name-defined]  # noqa: F821
+            """Defined before its hint's class, as in a module that imports late."""
+
+        with pytest.raises(SerializationError, match="'amount': found the annotation"):
+            rebuild_arguments(pay, {"amount": "1.5"}, tool_name="pay")
+        globals()["LaterAmount"] = decimal.Decimal
+        try:
+            for _ in range(2):  # resolved, then kept
+                arguments = rebuild_arguments(pay, {"amount": "1.5"}, tool_name="pay")
+                assert arguments == {"amount": decimal.Decimal("1.5")}
+        finally:
+            del globals()["LaterAmount"]
+
     @pytest.mark.parametrize(
         ("arguments", "expected"),
         [

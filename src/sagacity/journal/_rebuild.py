@@ -41,6 +41,7 @@ import enum
 import inspect
 import types
 import typing
+import weakref
 from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, MutableSet, Sequence
 from collections.abc import Set as AbstractSet
 from datetime import date, time, timedelta
@@ -101,12 +102,8 @@ def rebuild_arguments(
     Raises:
         SerializationError: An argument cannot be rebuilt, or cannot be passed by name.
     """
-    parameters = inspect.signature(func).parameters
+    parameters, hints = _signature(func)
     spread = next((p for p in parameters.values() if p.kind is p.VAR_KEYWORD), None)
-    try:
-        hints: dict[str, Any] | None = typing.get_type_hints(func, include_extras=True)
-    except Exception:  # resolved one by one below, to name the parameter at fault
-        hints = None
     result: dict[str, Any] = {}
     for name, value in arguments.items():
         where = f"tool {tool_name!r} argument {name!r}"
@@ -121,6 +118,29 @@ def rebuild_arguments(
             raise _unfit(where, value, "a parameter passed by name", fix=_RESUME)
         result[name] = from_json(value, _hint(func, parameter, hints, where), where=where)
     return result
+
+
+_SIGNATURES: weakref.WeakKeyDictionary[
+    Callable[..., Any], tuple[Mapping[str, inspect.Parameter], dict[str, Any]]
+] = weakref.WeakKeyDictionary()
+"""Each tool function's parameters and resolved hints: resolving string annotations
+compiles each one, a tenth of a millisecond a call for a tool of two parameters."""
+
+
+def _signature(
+    func: Callable[..., Any],
+) -> tuple[Mapping[str, inspect.Parameter], dict[str, Any] | None]:
+    """`func`'s parameters and hints; None for hints that do not all resolve (not kept)."""
+    with contextlib.suppress(KeyError, TypeError):  # TypeError: no weak reference to it
+        return _SIGNATURES[func]
+    parameters = inspect.signature(func).parameters
+    try:
+        hints = typing.get_type_hints(func, include_extras=True)
+    except Exception:  # resolved one by one by `_hint`, to name the parameter at fault
+        return parameters, None
+    with contextlib.suppress(TypeError):
+        _SIGNATURES[func] = (parameters, hints)
+    return parameters, hints
 
 
 def _rebuild(value: JsonValue, annotation: Any, where: str) -> Any:
