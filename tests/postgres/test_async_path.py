@@ -24,7 +24,7 @@ from sagacity import (
     verify,
 )
 from sagacity.journal import SagaLease
-from sagacity.journal._group import CommittedThenCancelled
+from sagacity.journal._group import CommittedThenCancelled, Slots
 from sagacity.journal.postgres import PostgresJournal
 from sagacity.journal.postgres._connections import AsyncLease
 from sagacity.journal.postgres._leases import LeaseTake, Taken
@@ -547,6 +547,12 @@ class TestLeaseTakesTogether:
     async def test_a_batch_the_server_refuses_is_taken_lease_by_lease(
         self, journal: PostgresJournal, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """The six takes queued behind the first two go as one batch, then each alone.
+
+        The first two takes stay fresh however slow the machine is, so the rest wait for
+        one of them to end and go together, not alone past a take gone stale.
+        """
+        monkeypatch.setattr(Slots, "STALE_AFTER", 3600.0)
         batches = _Batches(journal, monkeypatch)
         monkeypatch.setattr(journal._leases, "_sql_acquire_many", b"SELECT no_such_function()")
         now, later = lease_times()
