@@ -15,9 +15,7 @@ ratio of each row being the median of the per-round ratios:
    default pool settings (INTENT and EXECUTED committed per call, plus each saga's lease,
    its ENDED and its release); against **the floor**: T threads, each on a connection of
    its own, doing two prepared autocommit `INSERT`s of the same journal rows per call.
-   Throughput is calls per second, both ways. In the same rounds, the same sagas on a
-   journal whose appends each take a commit of their own while a connection is free
-   (`commit_each`, the policy before one fresh commit in flight): what batching saves.
+   Throughput is calls per second, both ways.
 2. **8 writers on one saga against 1 writer**: threads appending to one saga through one
    `PostgresJournal`, every append fenced by the saga's lease (`fence=`), in windows of
    `WINDOW` seconds; appends per second.
@@ -30,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import os
 import statistics
 import threading
@@ -45,8 +42,6 @@ from sagacity import CompensationContext, Phase, Sagacity, compensable
 from sagacity.journal import GENESIS_HASH
 from sagacity.journal._entry import seal
 from sagacity.journal.postgres import PostgresJournal
-from sagacity.journal.postgres._batch import append_batch
-from sagacity.journal.postgres._threads import ThreadGroup
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/test"
 QUICK = os.environ.get("SAGACITY_BENCH_QUICK", "") not in ("", "0")
@@ -166,8 +161,6 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
     sql = f"INSERT INTO {table} ({COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     sagacity = Sagacity.from_url(schema_url("threads"))
     (tool,) = sagacity.wrap(reserve_inventory)
-    each = commit_each(Sagacity.from_url(schema_url("threads_each")))
-    (tool_each,) = each.wrap(reserve_inventory)
     print(
         f"### {SAGAS} sync sagas of {CALLS} calls per thread, {ROUNDS} rounds by turns; "
         f"pool_max_size {sagacity.journal.database.settings.pool_max_size} (default)"  # type: ignore[attr-defined]
@@ -182,7 +175,7 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
             conns = [
                 psycopg.connect(url, autocommit=True, prepare_threshold=0) for _ in range(threads)
             ]
-            ratios, floors, rates, ratios_each = [], [], [], []
+            ratios, floors, rates = [], [], []
             try:
                 for round_ in range(ROUNDS):
 
@@ -194,13 +187,7 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
                             for row in rows[index, n]:
                                 cursor.execute(sql, (row[0].format(round_), *row[1:]))
 
-                    def journaled(
-                        index: int,
-                        round_: int = round_,
-                        threads: int = threads,
-                        sagacity: Sagacity = sagacity,
-                        tool: Any = tool,
-                    ) -> None:
+                    def journaled(index: int, round_: int = round_, threads: int = threads) -> None:
                         for n in range(SAGAS):
                             sagacity.saga(
                                 f"t{threads}-{round_}-{index}-{n}",
@@ -210,13 +197,9 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
                     calls = threads * SAGAS * CALLS
                     floor_rate = calls / run_threads(threads, floor)
                     rate = calls / run_threads(threads, journaled)
-                    rate_each = calls / run_threads(
-                        threads, functools.partial(journaled, sagacity=each, tool=tool_each)
-                    )
                     floors.append(floor_rate)
                     rates.append(rate)
                     ratios.append(rate / floor_rate)
-                    ratios_each.append(rate_each / floor_rate)
             finally:
                 for conn in conns:
                     conn.close()
@@ -224,9 +207,7 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
                 f"{threads:>2} threads of sync sagas: journaled {statistics.median(rates):,.0f} "
                 f"calls/s, floor {statistics.median(floors):,.0f} calls/s, throughput "
                 f"{statistics.median(ratios):.2f} x the floor's "
-                f"(rounds {min(ratios):.2f}-{max(ratios):.2f}); a commit each, up to "
-                f"{each.journal.database.settings.pool_max_size - 1} in flight: "  # type: ignore[attr-defined]
-                f"{statistics.median(ratios_each):.2f} x"
+                f"(rounds {min(ratios):.2f}-{max(ratios):.2f})"
             )
         stats = sagacity.journal.group_stats  # type: ignore[attr-defined]
         print(
@@ -235,25 +216,6 @@ def threads_of_sagas(url: str, schema_url: Callable[[str], str]) -> None:
         )
     finally:
         sagacity.close()
-        each.close()
-
-
-def commit_each(sagacity: Sagacity) -> Sagacity:
-    """`sagacity`, its journal's sync appends each committed alone while a connection is free.
-
-    Batches only for the rest: the policy before one fresh commit in flight, measured
-    by turns against it.
-    """
-    journal = sagacity.journal
-    appender = journal._appender  # type: ignore[attr-defined]
-    leaders = journal.database.settings.pool_max_size - 1  # type: ignore[attr-defined]
-    journal._group = ThreadGroup(  # type: ignore[attr-defined]
-        appender.append_request,
-        lambda requests: append_batch(appender, requests),
-        leaders=leaders,
-        fresh=leaders,
-    )
-    return sagacity
 
 
 # -- 2. 8 writers on one saga -------------------------------------------------------------------
