@@ -81,17 +81,17 @@ class PostgresJournal:
         self._sql_sagas_after = _sql_sagas(table, ">")
         self._sql_sagas_from = _sql_sagas(table, ">=")  # the first page: '' is a saga id too
         appender = self._appender
-        # One fresh commit in flight: appends that arrive meanwhile queue and go together
-        # in the next batch, one statement and one commit for all. With a commit each,
-        # sixteen threads spent half again as much of the interpreter per call, which
-        # they share, waking one another (docs/performance.md). A commit stuck past
-        # `Slots.STALE_AFTER` (on a lock) no longer holds the others back: up to the pool
-        # size, one connection left for reads and leases, may be in flight then.
+        # As many commits in flight as the pool allows, one connection left for reads and
+        # leases: the server merges their WAL flushes. Appends that find them all busy, or
+        # their saga's commit in flight, queue and go together in the next batch. (Fewer
+        # commits in flight, for larger batches, save CPU but made threads slower here:
+        # each waited for a commit to end before its own began; docs/performance.md.)
+        leaders = max(1, self._db.settings.pool_max_size - 1)
         self._group = ThreadGroup(
             appender.append_request,
             lambda requests: append_batch(appender, requests),
-            leaders=max(1, self._db.settings.pool_max_size - 1),
-            fresh=1,
+            leaders=leaders,
+            fresh=leaders,
         )
         self._loop_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWriter] = (
             weakref.WeakKeyDictionary()
