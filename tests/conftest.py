@@ -14,6 +14,16 @@ from tests._postgres import postgres_url_for
 BACKENDS = ["memory", "sqlite", "postgres"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Hypothesis takes any change of the global `random` state while it draws an example
+    # for a strategy that uses `random`; but psycopg_pool's worker threads draw from it too
+    # (the jitter of a new connection's lifetime), whenever a pool connects, whatever test
+    # runs. The strategies here use no `random`: the warning would only name that timing.
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Do not use the `random` module inside strategies"
+    )
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A database URL for each backend; Postgres gets a schema of its own."""
