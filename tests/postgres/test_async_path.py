@@ -481,6 +481,12 @@ class TestLeaseTakesTogether:
     def test_sagas_started_together_each_run_once(
         self, pg_url: str, monkeypatch: pytest.MonkeyPatch
     ) -> None:
+        """Forty sagas started at once: most leases go in batches, each saga runs once.
+
+        Takes in flight stay fresh however slow the machine is, so those behind them
+        wait and go together rather than alone past a take gone stale.
+        """
+        monkeypatch.setattr(Slots, "STALE_AFTER", 3600.0)
         sagacity = Sagacity.from_url(pg_url)
         batches = _Batches(sagacity.journal, monkeypatch)  # type: ignore[arg-type]
         (tool,) = sagacity.wrap(reserve)
