@@ -67,17 +67,28 @@ def links(clock: FakeClock) -> Iterator[ApprovalLinks]:
     made.close()
 
 
+def mailer(
+    port: int,
+    links: ApprovalLinks,
+    *,
+    timeout: float = 10.0,
+    to: str = "ops@bank.example",
+    **options: Any,
+) -> EmailNotifier:
+    """Mails every request to `to` through the plain-text SMTP server on `port`."""
+    return EmailNotifier(
+        SmtpSettings(host="127.0.0.1", port=port, security="none", timeout=timeout),
+        sender="sagacity@bank.example",
+        links=links,
+        default_recipients=[to],
+        **options,
+    )
+
+
 @pytest.fixture
 def notifier(mail: tuple[Inbox, int], links: ApprovalLinks) -> Iterator[EmailNotifier]:
     """Mails every request to ops."""
-    _, port = mail
-    sender = EmailNotifier(
-        SmtpSettings(host="127.0.0.1", port=port, security="none"),
-        sender="sagacity@bank.example",
-        links=links,
-        default_recipients=["ops@bank.example"],
-        backoff=0.01,
-    )
+    sender = mailer(mail[1], links, backoff=0.01)
     yield sender
     sender.close()
 
@@ -362,12 +373,7 @@ class TestWhoMayOpen:
 
         clock = FakeClock()
         forwarded = ApprovalLinks(SECRET, inbox_url=INBOX_URL, clock=clock)
-        sender = EmailNotifier(
-            SmtpSettings(host="127.0.0.1", port=mail[1], security="none"),
-            sender="sagacity@bank.example",
-            links=forwarded,
-            default_recipients=["ops@bank.example"],
-        )
+        sender = mailer(mail[1], forwarded)
         instance = Sagacity.from_url(
             db_url,
             on_approval_request=sender,
@@ -493,14 +499,7 @@ class TestOutbox:
         """The first attempt finds nothing listening; the retry after it came up delivers."""
         port = free_port()
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
-        sender = EmailNotifier(
-            SmtpSettings(host="127.0.0.1", port=port, security="none", timeout=5),
-            sender="sagacity@bank.example",
-            links=links,
-            default_recipients=["ops@bank.example"],
-            retries=10,
-            backoff=0.05,
-        )
+        sender = mailer(port, links, timeout=5, retries=10, backoff=0.05)
         watch = _Attempts()
         logger = logging.getLogger("sagacity.server.email")
         logger.addHandler(watch)
@@ -523,14 +522,7 @@ class TestOutbox:
         """The server took the message, then erred on QUIT: it is not delivered twice."""
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
         with smtp_server(handler=_SaysNoToQuit()) as (inbox, port):
-            sender = EmailNotifier(
-                SmtpSettings(host="127.0.0.1", port=port, security="none"),
-                sender="sagacity@bank.example",
-                links=links,
-                default_recipients=["ops@bank.example"],
-                retries=2,
-                backoff=0.01,
-            )
+            sender = mailer(port, links, retries=2, backoff=0.01)
             instance = Sagacity.from_url("memory://", on_approval_request=sender)
             instance.wrap(bank)
             start_wire(instance, bank, "quit-1")
@@ -547,13 +539,7 @@ class TestOutbox:
         refusing = _Refuses("550 5.1.1 no such mailbox")
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
         with smtp_server(handler=refusing) as (inbox, port):
-            sender = EmailNotifier(
-                SmtpSettings(host="127.0.0.1", port=port, security="none"),
-                sender="sagacity@bank.example",
-                links=links,
-                default_recipients=["gone@bank.example"],
-                backoff=0.01,
-            )
+            sender = mailer(port, links, to="gone@bank.example", backoff=0.01)
             instance = Sagacity.from_url("memory://", on_approval_request=sender)
             instance.wrap(bank)
             with caplog.at_level("WARNING", logger="sagacity.server.email"):
@@ -570,13 +556,7 @@ class TestOutbox:
         """The attempt times out waiting for the server's 220: its socket is closed."""
         stuck = _Hanging()
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
-        sender = EmailNotifier(
-            SmtpSettings(host="127.0.0.1", port=stuck.port, security="none", timeout=0.2),
-            sender="sagacity@bank.example",
-            links=links,
-            default_recipients=["ops@bank.example"],
-            retries=0,
-        )
+        sender = mailer(stuck.port, links, timeout=0.2, retries=0)
         instance = Sagacity.from_url("memory://", on_approval_request=sender)
         instance.wrap(bank)
         try:
@@ -597,13 +577,7 @@ class TestOutbox:
         refusing = _Refuses("451 4.7.1 try again later")
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
         with smtp_server(handler=refusing) as (inbox, port):
-            sender = EmailNotifier(
-                SmtpSettings(host="127.0.0.1", port=port, security="none"),
-                sender="sagacity@bank.example",
-                links=links,
-                default_recipients=["ops@bank.example"],
-                backoff=0.01,
-            )
+            sender = mailer(port, links, backoff=0.01)
             instance = Sagacity.from_url("memory://", on_approval_request=sender)
             instance.wrap(bank)
             start_wire(instance, bank, "grey-1")
@@ -617,13 +591,7 @@ class TestOutbox:
         """The SMTP server hangs mid-greeting: the saga asks, alice approves, it runs."""
         stuck = _Hanging()
         links = ApprovalLinks(SECRET, inbox_url=INBOX_URL)
-        sender = EmailNotifier(
-            SmtpSettings(host="127.0.0.1", port=stuck.port, security="none", timeout=60),
-            sender="sagacity@bank.example",
-            links=links,
-            default_recipients=["ops@bank.example"],
-            retries=0,
-        )
+        sender = mailer(stuck.port, links, timeout=60, retries=0)
         instance = Sagacity.from_url(db_url, on_approval_request=sender)
         instance.wrap(bank)
         try:
