@@ -18,7 +18,8 @@ import pytest
 from sagacity import Phase
 from sagacity.journal import JournalEntry
 from sagacity.journal._entry import seal
-from sagacity.journal._group import AppendRequest
+from sagacity.journal._group import AppendRequest, Slots
+from sagacity.journal.postgres import _threads
 from sagacity.journal.postgres._threads import ThreadGroup
 
 
@@ -139,3 +140,119 @@ def test_appends_to_one_saga_never_share_a_commit_in_flight() -> None:
     first.join(30)
     second.join(30)
     assert db.committed == ["other", "held", "held"]
+
+
+class Holding:
+    """Commits of sagas named `held…` that wait for the test, and how many are in flight."""
+
+    def __init__(self) -> None:
+        self.committed: list[str] = []
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = 0
+
+    def one(self, request: AppendRequest) -> JournalEntry:
+        if request.saga_id.startswith("held"):
+            with self.lock:
+                self.in_flight += 1
+            assert self.release.wait(30)
+            with self.lock:
+                self.in_flight -= 1
+        with self.lock:
+            self.committed.append(request.saga_id)
+        return entry_for(request)
+
+    def many(self, requests: Sequence[AppendRequest]) -> list[JournalEntry | BaseException]:
+        with self.lock:
+            self.committed.extend(r.saga_id for r in requests)
+        return [entry_for(r) for r in requests]
+
+
+def appending(group: ThreadGroup, saga_id: str) -> threading.Thread:
+    thread = threading.Thread(target=group.append, args=(AppendRequest(saga_id, Phase.INTENT),))
+    thread.start()
+    return thread
+
+
+def crowd(group: ThreadGroup, threads: int) -> None:
+    """Have `threads` threads append once each (not held), all alive at once: distinct."""
+    appended = threading.Barrier(threads)
+
+    def append(n: int) -> None:
+        group.append(AppendRequest(f"crowd-{n}", Phase.INTENT))
+        appended.wait(30)
+
+    workers = [threading.Thread(target=append, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert len(group._seen) == threads
+
+
+@pytest.fixture
+def judged_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group counts its threads at every append, over an hour."""
+    monkeypatch.setattr(_threads, "_JUDGE_EVERY", 0.0)
+    monkeypatch.setattr(_threads, "CROWD_WINDOW", 3600.0)
+
+
+def test_no_more_threads_than_slots_commit_each_at_once(judged_at_once: None) -> None:
+    """Three threads, four slots: the three appends are in flight together, none queued."""
+    db = Holding()
+    group = ThreadGroup(db.one, db.many, leaders=4, fresh=1)
+    threads = [appending(group, f"held-{n}") for n in range(3)]
+    until(lambda: db.in_flight == 3, "three commits in flight at once")
+    assert group._queue == []
+    db.release.set()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(db.committed) == ["held-0", "held-1", "held-2"]
+
+
+def test_more_threads_than_slots_queue_behind_one_commit(
+    judged_at_once: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More threads than slots: an append waits for the fresh commit in flight.
+
+    A slot is free, yet the append goes only after that commit ends, in one batch with
+    the one queued beside it.
+    """
+    monkeypatch.setattr(_threads, "CROWDED_STALE", 3600.0)
+    db = Holding()
+    group = ThreadGroup(db.one, db.many, leaders=2, fresh=1)
+    crowd(group, 3)
+    held = appending(group, "held")
+    until(lambda: db.in_flight == 1, "the held commit in flight")
+    behind = [appending(group, f"behind-{n}") for n in range(2)]
+    until(lambda: len(group._queue) == 2, "both appends queued")
+    assert not group._slots.free(time.monotonic())  # one slot of two is idle, yet no commit
+    assert "behind-0" not in db.committed
+    db.release.set()
+    for thread in [held, *behind]:
+        thread.join(30)
+    assert db.committed[3:] == ["held", "behind-0", "behind-1"]  # the two in one batch
+    assert group.stats.largest == 2
+
+
+def test_a_crowded_commit_in_flight_too_long_stops_holding_appends_back(
+    judged_at_once: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More threads than slots: a commit in flight past `CROWDED_STALE` holds no one back.
+
+    (A stalled leader, a lock.) The next append takes the free slot while it is in flight.
+    """
+    monkeypatch.setattr(_threads, "CROWDED_STALE", 0.05)
+    monkeypatch.setattr(Slots, "STALE_AFTER", 3600.0)  # the crowded limit, not this one
+    db = Holding()
+    group = ThreadGroup(db.one, db.many, leaders=2, fresh=1)
+    crowd(group, 3)
+    held = appending(group, "held")
+    until(lambda: db.in_flight == 1, "the held commit in flight")
+    behind = appending(group, "behind")
+    until(lambda: "behind" in db.committed, "the append behind the stale commit committed")
+    assert db.in_flight == 1  # while the held one is still in flight
+    db.release.set()
+    held.join(30)
+    behind.join(30)
+    assert db.committed[3:] == ["behind", "held"]

@@ -120,6 +120,8 @@ class Slots:
     def __init__(self, most: int, fresh: int | None = None) -> None:
         self.most = max(1, most)
         self.fresh = self.most if fresh is None else max(1, min(fresh, self.most))
+        self.stale_after: float | None = None
+        """Seconds after which a commit goes stale here; None: `STALE_AFTER`."""
         self._started: dict[int, float] = {}
         self._tokens = 0
 
@@ -133,7 +135,7 @@ class Slots:
             return False
         if len(started) < self.fresh:
             return True
-        since = now - self.STALE_AFTER
+        since = now - self._stale_after()
         return sum(1 for at in started.values() if at > since) < self.fresh
 
     def start(self, now: float) -> int:
@@ -165,8 +167,11 @@ class Slots:
         """
         if len(self._started) >= self.most or not self._started:
             return None
-        stale_at = min(self._started.values()) + self.STALE_AFTER
+        stale_at = min(self._started.values()) + self._stale_after()
         return max(stale_at - now, 0.0) + 0.0005  # a little after: `free` is then true
+
+    def _stale_after(self) -> float:
+        return self.STALE_AFTER if self.stale_after is None else self.stale_after
 
 
 class GroupCommit:

@@ -83,15 +83,13 @@ class PostgresJournal:
         appender = self._appender
         # As many commits in flight as the pool allows, one connection left for reads and
         # leases: the server merges their WAL flushes. Appends that find them all busy, or
-        # their saga's commit in flight, queue and go together in the next batch. (Fewer
-        # commits in flight, for larger batches, save CPU but made threads slower here:
-        # each waited for a commit to end before its own began; docs/performance.md.)
-        leaders = max(1, self._db.settings.pool_max_size - 1)
+        # their saga's commit in flight, queue and go together in the next batch; with
+        # more threads than that, behind one commit in flight (see `ThreadGroup`).
         self._group = ThreadGroup(
             appender.append_request,
             lambda requests: append_batch(appender, requests),
-            leaders=leaders,
-            fresh=leaders,
+            leaders=max(1, self._db.settings.pool_max_size - 1),
+            fresh=1,
         )
         self._loop_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWriter] = (
             weakref.WeakKeyDictionary()
