@@ -12,13 +12,13 @@ id: replayed from the journal if the call ran, in doubt if nobody knows, never r
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from dbos import DBOS
 
-from sagacity._joining import checked_linger
-from sagacity.errors import LeaseLostError, SagaBusyError
+from sagacity.errors import ConfigurationError, LeaseLostError, SagaBusyError
 from sagacity.integrations._engine import (
     Ended,
     Ran,
@@ -78,7 +78,16 @@ class SagaSteps:
     """
 
     def __init__(self, sagacity: Sagacity, tools: Iterable[object], *, linger: float = 2.0) -> None:
-        self.linger = checked_linger(linger, "SagaSteps")
+        if (
+            isinstance(linger, bool)
+            or not isinstance(linger, int | float)
+            or not math.isfinite(linger)
+            or linger < 0
+        ):
+            raise ConfigurationError(
+                f"SagaSteps: linger must be a finite number of seconds, 0 or more, not {linger!r}"
+            )
+        self.linger = float(linger)
         """Seconds a call's lease is kept for the workflow's next step."""
         self.sagacity = sagacity
         self.tools = {tool.name: tool for tool in sagacity.wrap(*tools)}
