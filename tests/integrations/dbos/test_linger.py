@@ -43,7 +43,7 @@ def test_a_bad_linger_is_refused(linger: Any) -> None:
     """Negative, infinite, or not a number: refused when the steps are made."""
     with (
         Sagacity.from_url("memory://") as sagacity,
-        pytest.raises(ConfigurationError, match="linger"),
+        pytest.raises(ConfigurationError, match="SagaSteps: linger must be a finite number"),
     ):
         SagaSteps(sagacity, [Shop()], linger=linger)
 

@@ -78,6 +78,8 @@ class SagaSteps:
     """
 
     def __init__(self, sagacity: Sagacity, tools: Iterable[object], *, linger: float = 2.0) -> None:
+        # The check `Sagacity.join` makes (`_joining.checked_linger`), repeated: an
+        # integration uses only the core's public names (tests/test_architecture.py).
         if (
             isinstance(linger, bool)
             or not isinstance(linger, int | float)
