@@ -231,8 +231,9 @@ def test_more_threads_than_slots_queue_behind_one_commit(
     db.release.set()
     for thread in [held, *behind]:
         thread.join(30)
-    assert db.committed[3:] == ["held", "behind-0", "behind-1"]  # the two in one batch
-    assert group.stats.largest == 2
+    assert db.committed[3] == "held"
+    assert sorted(db.committed[4:]) == ["behind-0", "behind-1"]
+    assert group.stats.largest == 2  # the two in one batch
 
 
 def test_a_crowded_commit_in_flight_too_long_stops_holding_appends_back(
