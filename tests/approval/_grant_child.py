@@ -2,8 +2,10 @@
 
 Runs covered payments in sagas `NAME-1`, `NAME-2`, … (started by alice) as fast as it
 can, until one asks a human (the grant was revoked or used up); each payment that runs
-appends its saga id to LEDGER before returning. Prints `started` first and `asked
-NAME-n` last.
+appends its saga id to LEDGER before returning. Prints `started`, then waits for `go` on
+stdin; after its first payment prints `paid` and waits for `go` again: the parent starts
+the children together and lets them race on once each has paid. Prints `asked NAME-n`
+last.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def main(url: str, name: str, ledger: Path) -> None:
     sagacity.wrap(pay)
     tool = sagacity.tool("pay")
     print("started", flush=True)
+    assert sys.stdin.readline() == "go\n"
     for number in itertools.count(1):
         saga = f"{name}-{number}"
         result = sagacity.saga(
@@ -40,6 +43,11 @@ def main(url: str, name: str, ledger: Path) -> None:
             print(f"asked {saga}", flush=True)
             break
         assert result.outcome is SagaOutcome.COMPLETED, result
+        if number == 1:
+            # Every child pays once before any pays twice: none is starved of the budget
+            # (a loaded machine may not run one child until another has spent it all).
+            print("paid", flush=True)
+            assert sys.stdin.readline() == "go\n"
     sagacity.close()
 
 

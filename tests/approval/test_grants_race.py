@@ -35,15 +35,26 @@ def _consumers(url: str, ledger: Path, count: int = 2) -> list[subprocess.Popen[
         subprocess.Popen(
             [sys.executable, "-m", "tests.approval._grant_child", url, f"p{n}", str(ledger)],
             cwd=ROOT,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for n in range(count)
     ]
+    # Started together, and on once each has paid: neither a child's start-up nor a
+    # loaded machine lets one child spend the whole budget before another pays at all.
+    for said in ("started\n", "paid\n"):
+        for child in children:
+            assert child.stdout is not None
+            assert child.stdout.readline() == said, child.stderr
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("go\n")
+            child.stdin.flush()
     for child in children:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "started\n", child.stderr
+        assert child.stdin is not None
+        child.stdin.close()
     return children
 
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import random
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Container, Mapping
@@ -61,8 +63,13 @@ if TYPE_CHECKING:
 
 __all__ = ["StandingGrant", "StandingGrants", "grants_of"]
 
-_CONSUME_RETRIES = 16
+_CONSUME_RETRIES = 64
 """How often a call re-reads a grant after another writer appended to its chain first."""
+
+_CONSUME_PAUSE = 0.010
+"""The longest random pause (seconds) before a call that lost a race reads the grant again:
+two processes that keep colliding fall out of step, and a slow one is not starved by a
+fast one that reads and appends within its window every time."""
 
 _REVOKE_RETRIES = 64
 """How often a revocation re-reads a grant after a call consumed it first, before it is
@@ -392,7 +399,9 @@ class StandingGrants:
         call_id: str,
         started_by: str | None,
     ) -> dict[str, JsonValue] | None:
-        for _ in range(_CONSUME_RETRIES):
+        for attempt in range(_CONSUME_RETRIES):
+            if attempt:
+                time.sleep(random.uniform(0, _CONSUME_PAUSE))
             entries = self.journal.entries(chain)
             if entries and entries[0].phase is not Phase.GRANTED:
                 # An application's saga called grant-…: never a grant, so never read again.
