@@ -444,7 +444,11 @@ async def run_storm(
         if result is None:
             left_open.append(saga_id)
     for saga_id in left_open:
-        if sagacity.history(saga_id):
+        entries = sagacity.history(saga_id)
+        # A cancel that came once the saga's ENDED COMPLETED was committed cancels the
+        # task and leaves the saga completed (checked above), which nothing compensates.
+        ended = entries[-1].payload if entries and entries[-1].phase is Phase.ENDED else {}
+        if entries and ended.get("outcome") != "COMPLETED":  # type: ignore[union-attr]
             compensated = await sagacity.acompensate(saga_id)
             problems += check_saga(
                 sagacity, saga_id, record, compensated, appends_may_be_lost=lossy
