@@ -3,8 +3,8 @@
 A decision is what a human (or the clock) said about an approval request: approved (it
 has every approval it needs, as the approval check counts them), rejected, edited
 (replaced by a request for a new input) or expired. Nothing here stores a decision: each
-is derived from the saga's journal (DESIGN.md §10), so a missed notification costs
-latency, never correctness.
+is derived from the saga's journal, so a missed notification costs latency, never
+correctness.
 
 A `Resumer` is the application's one declaration of how a paused run continues once a
 decision lands; `sagacity.worker.Worker` calls it under the saga's lease.
