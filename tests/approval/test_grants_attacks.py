@@ -464,6 +464,49 @@ class TestRewrittenGrant:
         assert (unsigned.saga_id, unsigned.seq) == (chain_id, 1)
         assert "signature does not verify" in unsigned.reason
 
+    def test_a_reason_written_in_later_does_not_count_where_grants_are_signed(
+        self, open_sagacity: OpenSagacity, store_url: str
+    ) -> None:
+        """A grant given without a reason, rewritten to give one (hash recomputed).
+
+        Without a reason it covers no call of a tool whose approvals must say why; the
+        signature covers the reason, so the rewrite leaves the grant unverifiable, and
+        the call still asks.
+        """
+        key = generate_key()
+        granting = open_sagacity(approval_signing_key=key)
+        worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+        ledger = Ledger()
+        worker.wrap(ledger)
+        grant = granting.grant("close_account", **_terms())
+        assert _run(worker, "s1", "close_account", account="A-1") is ASKED
+        chain_id = f"grant-{grant.grant_id}"
+        granted = granting.history(chain_id)[0].payload
+        _rewrite_first(granting, store_url, chain_id, {**granted, "reason": "dormant"})  # type: ignore[dict-item]
+
+        assert granting.get_grant(grant.grant_id).reason == "dormant"  # signatures not required
+        shown = worker.get_grant(grant.grant_id)
+        assert (shown.state, shown.problem) == (
+            "unverifiable",
+            f"its signature does not verify with key {key.key_id!r}",
+        )
+        assert _run(worker, "s2", "close_account", account="A-2") is ASKED
+        assert ledger.ran == []
+
+    def test_a_signed_grant_with_a_reason_covers_a_justified_call(
+        self, open_sagacity: OpenSagacity
+    ) -> None:
+        """The signature over the reason verifies as given: the grant covers the call."""
+        key = generate_key()
+        granting = open_sagacity(approval_signing_key=key)
+        worker = open_sagacity(approval_public_keys=[key.public], require_signed_approvals=True)
+        ledger = Ledger()
+        worker.wrap(ledger)
+        grant = granting.grant("close_account", **_terms(reason="dormant since 2020"))
+        assert worker.get_grant(grant.grant_id).state == "active"
+        assert _run(worker, "s1", "close_account", account="A-1") is RAN
+        assert ledger.ran == ["close A-1"]
+
 
 class TestRepeatedRevocation:
     def test_a_second_revoked_entry_leaves_the_grant_revoked(self, sagacity: Sagacity) -> None:

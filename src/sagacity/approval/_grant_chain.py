@@ -52,12 +52,16 @@ _MAX_SAFE_INT = 2**53 - 1
 logger = logging.getLogger("sagacity")
 
 
-def grant_signed_bytes(grant_id: str, terms: Mapping[str, JsonValue], grantor: str) -> bytes:
+def grant_signed_bytes(
+    grant_id: str, terms: Mapping[str, JsonValue], grantor: str, reason: str | None
+) -> bytes:
     """The exact bytes a grant's signature covers (RFC 8785 canonical JSON, UTF-8).
 
-    `{"kind": "sagacity.grant", "version": 1, "grant_id", "grantor", "terms"}`: the whole
-    of the terms, so no limit, constraint or expiry can be edited without the signature
-    failing, and the grant id, so a signature copied onto another chain does not verify.
+    `{"kind": "sagacity.grant", "version": 1, "grant_id", "grantor", "terms", "reason"}`:
+    the whole of the terms, so no limit, constraint or expiry can be edited without the
+    signature failing; the reason, without which a grant covers no call of a tool whose
+    approvals must say why; and the grant id, so a signature copied onto another chain
+    does not verify.
     """
     return canonical_bytes(
         {
@@ -66,6 +70,7 @@ def grant_signed_bytes(grant_id: str, terms: Mapping[str, JsonValue], grantor: s
             "grant_id": grant_id,
             "grantor": grantor,
             "terms": dict(terms),
+            "reason": reason,
         }
     )
 
@@ -276,10 +281,10 @@ def granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) 
     if first.phase is not Phase.GRANTED:
         return f"its first entry is {first.phase.name}, not GRANTED"
     payload = payload_of(first)
-    terms, grantor = payload.get("terms"), payload.get("grantor")
+    terms, grantor, reason = payload.get("terms"), payload.get("grantor"), payload.get("reason")
     if not isinstance(terms, dict) or not isinstance(grantor, str):
         return "its GRANTED entry does not name its terms and grantor"
-    if not isinstance(payload.get("reason"), str | None):
+    if not isinstance(reason, str | None):
         return "its GRANTED entry's reason is not text"
     if terms.get("tool_name") != first.tool_name or payload.get("grant_id") != grant_id:
         return "its GRANTED entry names another tool or grant than its chain"
@@ -295,7 +300,7 @@ def granted_problem(first: JournalEntry, grant_id: str, policy: ApprovalPolicy) 
     if not isinstance(key_id, str) or key_id not in policy.public_keys:
         return f"it is signed with key {key_id!r}, which is not one of the trusted keys"
     if not policy.public_keys[key_id].verify(
-        grant_signed_bytes(grant_id, terms, grantor), signature
+        grant_signed_bytes(grant_id, terms, grantor, reason), signature
     ):
         return f"its signature does not verify with key {key_id!r}"
     return None

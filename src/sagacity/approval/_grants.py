@@ -215,7 +215,7 @@ class StandingGrants:
             "reason": reason,
             "via": via or "python",
         }
-        payload.update(self._signature(grant_id, terms, grantor))
+        payload.update(self._signature(grant_id, terms, grantor, reason))
         self.journal.append(
             GRANT_PREFIX + grant_id,
             Phase.GRANTED,
@@ -226,7 +226,7 @@ class StandingGrants:
         return self.get(grant_id)
 
     def _signature(
-        self, grant_id: str, terms: Mapping[str, JsonValue], grantor: str
+        self, grant_id: str, terms: Mapping[str, JsonValue], grantor: str, reason: str | None
     ) -> dict[str, JsonValue]:
         key = self.policy.signing_key
         if key is None:
@@ -238,7 +238,7 @@ class StandingGrants:
                 )
             return {}
         return {
-            "signature": key.sign(grant_signed_bytes(grant_id, terms, grantor)),
+            "signature": key.sign(grant_signed_bytes(grant_id, terms, grantor, reason)),
             "key_id": key.key_id,
         }
 
