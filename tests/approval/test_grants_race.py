@@ -47,7 +47,9 @@ def _consumers(url: str, ledger: Path, count: int = 2) -> list[subprocess.Popen[
     for said in ("started\n", "paid\n"):
         for child in children:
             assert child.stdout is not None
-            assert child.stdout.readline() == said, child.stderr
+            assert child.stderr is not None
+            line = child.stdout.readline()
+            assert line == said, line or child.stderr.read()  # nothing: it died, say why
         for child in children:
             assert child.stdin is not None
             child.stdin.write("go\n")
